@@ -1,0 +1,189 @@
+/**
+ * The configuration schema: the single source of the config's types, defaults and validation.
+ * `npm run schema` writes its JSON Schema to config/tokenproxy.schema.json for editors.
+ */
+import { z } from 'zod';
+
+export const PERMISSIONS = [
+  'token:create',
+  'token:read',
+  'token:update',
+  'token:delete',
+  'token:search',
+  'proxy:invoke',
+  'reactor:invoke',
+] as const;
+export type Permission = (typeof PERMISSIONS)[number];
+
+/** compat.md: a public key may hold only these. */
+export const PUBLIC_PERMISSIONS: readonly Permission[] = ['token:create', 'token:update'];
+
+const permission = z.enum(PERMISSIONS, {
+  error: (iss) => `unknown permission ${JSON.stringify(iss.input)}`,
+});
+
+const uuid = z.string().regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a UUID');
+
+/** A container: starts and ends with `/`, lower case, segments of [a-z0-9_-]. */
+export const containerPattern = /^\/(?:[a-z0-9_-]+\/)*$/;
+const container = z.string().regex(containerPattern, 'must start and end with "/" and be lower case (e.g. /pci/high/)');
+
+const accessRule = z.strictObject({
+  priority: z.number().int(),
+  container,
+  permissions: z.array(permission),
+  transform: z.enum(['reveal', 'mask', 'redact']).default('mask'),
+});
+
+const apiKey = z.union([
+  z.string().min(16, 'an API key must be at least 16 characters'),
+  z.strictObject({ sha256: z.string().regex(/^[0-9a-f]{64}$/i, 'must be 64 hex digits') }),
+]);
+
+const application = z.strictObject({
+  id: uuid,
+  name: z.string().min(1),
+  type: z.enum(['public', 'private', 'management']),
+  keys: z.array(apiKey).min(1),
+  permissions: z.array(permission).default([]),
+  rules: z.array(accessRule).default([]),
+  /** Counted by the spec's legacy (per client IP) rate-limit rules. */
+  legacy: z.boolean().default(false),
+});
+
+const codeSource = {
+  code_file: z.string().optional(),
+  code: z.string().optional(),
+};
+
+const reactor = z.strictObject({
+  id: z.string().min(1).max(100),
+  name: z.string().min(1),
+  ...codeSource,
+  configuration: z.record(z.string(), z.string()).default({}),
+  /** Spec: synchronous invoke timeout 30 s; never above. */
+  timeout_ms: z.number().int().min(1).max(30_000).default(30_000),
+  /** Spec: hot concurrency 1. */
+  warm_concurrency: z.number().int().min(1).max(64).default(1),
+  max_concurrency: z.number().int().min(1).max(256).default(8),
+  queue_limit: z.number().int().min(0).max(10_000).default(100),
+  memory_limit_mb: z.number().int().min(8).max(2048).default(128),
+});
+
+const tokenTemplate = z.strictObject({
+  type: z.enum(['token', 'card']),
+  containers: z.array(container).length(1).optional(),
+  metadata: z.record(z.string(), z.string()).optional(),
+  search_indexes: z.array(z.string()).optional(),
+  fingerprint_expression: z.string().optional(),
+  mask: z.string().optional(),
+  deduplicate_token: z.boolean().optional(),
+});
+
+const requestTransform = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('code'), ...codeSource }),
+  z.strictObject({
+    type: z.literal('tokenize'),
+    identifier: z.string().optional(),
+    fields: z.array(z.strictObject({ pointer: z.string(), token: tokenTemplate })).min(1),
+  }),
+]);
+
+const responseTransform = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('code'), ...codeSource }),
+  z.strictObject({ type: z.literal('mask'), pattern: z.string(), character: z.string().length(1).default('X') }),
+  z.strictObject({ type: z.literal('append_json'), location: z.string(), value: z.string() }),
+  z.strictObject({ type: z.literal('append_header'), name: z.string().min(1), value: z.string() }),
+]);
+
+const proxy = z.strictObject({
+  id: z.string().min(1).max(100),
+  name: z.string().min(1),
+  key: z.string().min(16, 'a proxy key must be at least 16 characters').optional(),
+  key_sha256: z.string().regex(/^[0-9a-f]{64}$/i, 'must be 64 hex digits').optional(),
+  destination_url: z.url({ protocol: /^https?$/ }),
+  require_auth: z.boolean().default(true),
+  configuration: z.record(z.string(), z.string()).default({}),
+  timeout_ms: z.number().int().min(1).max(300_000).default(25_000),
+  request_transforms: z.array(requestTransform).default([]),
+  response_transforms: z.array(responseTransform).default([]),
+  leak_guard: z.enum(['off', 'log', 'block']).default('log'),
+});
+
+export const MITIGATIONS = ['throttle', 'block'] as const;
+const rateRuleOverride = z.strictObject({
+  points: z.number().int().min(1).optional(),
+  duration_seconds: z.number().positive().optional(),
+  mitigation: z.enum(MITIGATIONS).optional(),
+  block_seconds: z.number().positive().optional(),
+});
+
+const tenant = z.strictObject({
+  id: uuid,
+  name: z.string().min(1),
+  test: z.boolean().default(false),
+  max_tokens_per_request: z.number().int().min(1).max(100).default(100),
+  rate_limit_tier: z.enum(['default', 'higher']).default('default'),
+  /** Per-rule overrides of points, window and mitigation, keyed by rule name. */
+  custom_rate_limits: z.record(z.string(), rateRuleOverride).default({}),
+  applications: z.array(application).default([]),
+  reactors: z.array(reactor).default([]),
+  proxies: z.array(proxy).default([]),
+});
+
+export const configSchema = z.strictObject({
+  server: z
+    .strictObject({
+      host: z.string().default('127.0.0.1'),
+      port: z.number().int().min(0).max(65535).default(8080),
+      /** Spec: 5 MB payload limit for reactors and transforms; also the body limit of every route. */
+      body_limit_bytes: z.number().int().min(1).max(100 * 1024 * 1024).default(5 * 1024 * 1024),
+      max_depth: z.number().int().min(1).max(1000).default(64),
+      /** CIDRs whose X-Forwarded-For is believed. */
+      trust_proxy: z.array(z.string()).default([]),
+      request_timeout_ms: z.number().int().min(1000).default(60_000),
+    })
+    .prefault({}),
+  store: z
+    .strictObject({
+      kind: z.enum(['embedded', 'redis']).default('embedded'),
+      path: z.string().default('./data/tokens.db'),
+      url: z.string().default('redis://127.0.0.1:6379'),
+      key_prefix: z.string().default('tp:'),
+      /** compat.md: the cvc is purged after a retention window. */
+      cvc_retention_seconds: z.number().int().min(0).default(3600),
+    })
+    .prefault({}),
+  secrets: z
+    .strictObject({
+      master_key_file: z.string().optional(),
+    })
+    .prefault({}),
+  log: z
+    .strictObject({
+      level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    })
+    .prefault({}),
+  rate_limits: z
+    .strictObject({
+      enabled: z.boolean().default(true),
+      store: z.enum(['memory', 'redis']).default('memory'),
+      url: z.string().optional(),
+      key_prefix: z.string().default('tp:rl:'),
+      on_store_error: z.enum(['reject', 'allow']).default('reject'),
+      timeout_ms: z.number().int().min(1).default(200),
+    })
+    .prefault({}),
+  tenants: z.array(tenant).default([]),
+});
+
+export type Config = z.infer<typeof configSchema>;
+export type TenantConfig = Config['tenants'][number];
+export type ApplicationConfig = TenantConfig['applications'][number];
+export type AccessRuleConfig = ApplicationConfig['rules'][number];
+export type ReactorConfig = TenantConfig['reactors'][number];
+export type ProxyConfig = TenantConfig['proxies'][number];
+export type RequestTransformConfig = ProxyConfig['request_transforms'][number];
+export type ResponseTransformConfig = ProxyConfig['response_transforms'][number];
+export type TokenTemplateConfig = z.infer<typeof tokenTemplate>;
+export type RateRuleOverride = z.infer<typeof rateRuleOverride>;

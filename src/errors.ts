@@ -1,0 +1,113 @@
+/**
+ * The error catalogue: every error the service can answer with, by stable code.
+ * Codes are append-only (clients key on them); the README's table is checked against this
+ * object by test/unit/errors-readme.test.ts.
+ */
+export const catalogue = {
+  // request shape
+  invalid_json: { status: 400, title: 'Request body is not valid JSON' },
+  validation_failed: { status: 400, title: 'The request failed validation' },
+  too_many_tokens: { status: 400, title: 'Too many tokens in one request' },
+  nesting_too_deep: { status: 400, title: 'Request body is nested too deeply' },
+  invalid_query: { status: 400, title: 'The search query is invalid' },
+  invalid_cursor: { status: 400, title: 'The pagination cursor is invalid' },
+  body_too_large: { status: 413, title: 'Request body is too large' },
+  unsupported_media_type: { status: 415, title: 'Unsupported content type' },
+  // auth
+  missing_api_key: { status: 401, title: 'An API key is required' },
+  invalid_api_key: { status: 401, title: 'The API key is not valid' },
+  missing_proxy_key: { status: 401, title: 'A proxy key is required' },
+  invalid_proxy_key: { status: 401, title: 'The proxy key is not valid' },
+  forbidden: { status: 403, title: 'The key lacks the permission for this operation' },
+  // resources
+  not_found: { status: 404, title: 'Not found' },
+  route_not_found: { status: 404, title: 'No such route' },
+  method_not_allowed: { status: 405, title: 'Method not allowed' },
+  token_conflict: { status: 409, title: 'A token with this id already exists' },
+  idempotency_conflict: { status: 409, title: 'A request with this idempotency key is in flight' },
+  // rate limits
+  rate_limited: { status: 429, title: 'The request has been rate limited' },
+  rate_limit_unavailable: { status: 503, title: 'The rate-limit store is unavailable' },
+  // reactors
+  reactor_runtime_error: { status: 500, title: 'Reactor Runtime Error' },
+  reactor_error: { status: 400, title: 'The reactor rejected the request' },
+  reactor_timeout: { status: 504, title: 'The reactor timed out' },
+  reactor_out_of_memory: { status: 500, title: 'The reactor ran out of memory' },
+  reactor_unavailable: { status: 503, title: 'The reactor host is unavailable' },
+  reactor_busy: { status: 503, title: 'The reactor is at its concurrency limit' },
+  reactor_invalid_output: { status: 500, title: 'The reactor returned an invalid result' },
+  // proxy
+  proxy_not_found: { status: 404, title: 'No proxy for this key' },
+  destination_unreachable: { status: 502, title: 'The proxy destination is unreachable' },
+  destination_timeout: { status: 504, title: 'The proxy destination timed out' },
+  leak_detected: { status: 422, title: 'The outgoing request contains a card number' },
+  // service
+  store_unavailable: { status: 503, title: 'The token store is unavailable' },
+  internal_error: { status: 500, title: 'Internal error' },
+} as const satisfies Record<string, { status: number; title: string }>;
+
+export type ErrorCode = keyof typeof catalogue;
+
+/** Field path → messages, for validation failures (compat.md: `primary_card.data.number`). */
+export type FieldErrors = Record<string, string[]>;
+
+export interface ServiceErrorOptions {
+  detail?: string;
+  errors?: FieldErrors;
+  /** Response headers that belong to this error (e.g. Retry-After on a 429). */
+  headers?: Record<string, string>;
+  /** Overrides the catalogue status (reactor errors that pass a user status through). */
+  status?: number;
+  cause?: unknown;
+}
+
+/**
+ * The one error class. `detail` and `errors` go to the client: never put a request value,
+ * a cause message of a dependency, or an upstream body in them.
+ */
+export class ServiceError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly title: string;
+  readonly detail: string | undefined;
+  readonly errors: FieldErrors | undefined;
+  readonly headers: Record<string, string> | undefined;
+
+  constructor(code: ErrorCode, opts: ServiceErrorOptions = {}) {
+    super(opts.detail ?? catalogue[code].title, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = 'ServiceError';
+    this.code = code;
+    this.status = opts.status ?? catalogue[code].status;
+    this.title = catalogue[code].title;
+    this.detail = opts.detail;
+    this.errors = opts.errors;
+    this.headers = opts.headers;
+  }
+}
+
+export interface ProblemBody {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  code: ErrorCode;
+  errors?: FieldErrors;
+}
+
+/** RFC 9457 problem details for an error; unknown errors become a bare 500. */
+export function toProblem(err: unknown): ProblemBody {
+  const e = err instanceof ServiceError ? err : new ServiceError('internal_error');
+  const body: ProblemBody = {
+    type: `urn:tokenproxy:problem:${e.code}`,
+    title: e.title,
+    status: e.status,
+    detail: e.detail ?? e.title,
+    code: e.code,
+  };
+  if (e.errors) body.errors = e.errors;
+  return body;
+}
+
+export function isServiceError(err: unknown): err is ServiceError {
+  return err instanceof ServiceError;
+}

@@ -1,0 +1,110 @@
+/**
+ * The token store: what the vault persists. Implementations never see plaintext: `sealed` and
+ * `cvc_sealed` are ciphertext strings, `fingerprint` and `index_hashes` are HMAC digests.
+ * Contract suite: test/store/contract.ts, run against every implementation.
+ */
+
+export interface StoredToken {
+  tenant_id: string;
+  id: string;
+  type: string;
+  /** Exactly one container today (compat.md: one per token), e.g. "/pci/high/". */
+  container: string;
+  /** Ciphertext of the token's data (without the cvc), from crypto/seal. */
+  sealed: string;
+  /** Ciphertext of a card's cvc; removed by purgeCvc once cvc_expires_at has passed. */
+  cvc_sealed: string | null;
+  cvc_expires_at: string | null;
+  /** Not sensitive: stored and returned as they are. */
+  metadata: Record<string, string>;
+  /** The expressions, as supplied (returned to clients). */
+  search_indexes: string[];
+  /** HMACs of the evaluated search indexes (what search matches). */
+  index_hashes: string[];
+  fingerprint: string | null;
+  fingerprint_expression: string | null;
+  mask: string | null;
+  created_by: string;
+  created_at: string;
+  modified_by: string | null;
+  modified_at: string | null;
+  /** ISO 8601; the token is unreadable (treated as missing) after it. */
+  expires_at: string | null;
+}
+
+export interface TokenFilter {
+  type?: string;
+  /** Prefix match on the container ("/pci/" matches "/pci/high/"). */
+  container?: string;
+  fingerprint?: string;
+  /** Every pair must match exactly. */
+  metadata?: Record<string, string>;
+  /** Every hash must be among the token's index_hashes. */
+  index_hashes?: string[];
+  /** Only tokens whose ids are in this list. */
+  ids?: string[];
+}
+
+export interface Page {
+  /** 1..100 */
+  size: number;
+  /** Opaque cursor from a previous page's `next`, or null for the first page. */
+  after: string | null;
+}
+
+export interface PageResult {
+  items: StoredToken[];
+  /** Cursor of the next page, or null when this page is the last. */
+  next: string | null;
+}
+
+export interface WrappedDataKey {
+  kid: string;
+  /** The data key wrapped (encrypted) by the master key. */
+  wrapped: string;
+  created_at: string;
+}
+
+export class DuplicateTokenError extends Error {
+  constructor(readonly id: string) {
+    super('duplicate token id');
+    this.name = 'DuplicateTokenError';
+  }
+}
+
+/** The store failed (connection, I/O). Messages never carry values. */
+export class StoreUnavailableError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'StoreUnavailableError';
+  }
+}
+
+export interface TokenStore {
+  readonly kind: 'embedded' | 'redis';
+  /**
+   * Writes every record or none (one transaction / one script). Durable when it resolves.
+   * Throws DuplicateTokenError when an id already exists in the tenant (nothing written).
+   */
+  insertMany(records: StoredToken[]): Promise<void>;
+  /** Expired tokens (expires_at in the past) are returned as null. */
+  get(tenantId: string, id: string): Promise<StoredToken | null>;
+  /** Several at once; missing and expired ids are absent from the result. */
+  getMany(tenantId: string, ids: string[]): Promise<StoredToken[]>;
+  /** Replaces an existing record (same tenant and id); false when it does not exist. */
+  update(record: StoredToken): Promise<boolean>;
+  delete(tenantId: string, id: string): Promise<boolean>;
+  /** The oldest live token of this tenant and type with this fingerprint. */
+  findByFingerprint(tenantId: string, type: string, fingerprint: string): Promise<StoredToken | null>;
+  /** Newest first; expired tokens are skipped. */
+  list(tenantId: string, filter: TokenFilter, page: Page): Promise<PageResult>;
+  /** Clears cvc_sealed of every record whose cvc_expires_at <= now; returns how many. */
+  purgeCvc(now: Date): Promise<number>;
+  /** The key ring's wrapped data keys, oldest first. */
+  listDataKeys(): Promise<WrappedDataKey[]>;
+  /** Stores a wrapped data key unless one with this kid exists; returns the ring afterwards. */
+  addDataKey(key: WrappedDataKey): Promise<WrappedDataKey[]>;
+  /** Resolves when the store answers; rejects with StoreUnavailableError when it does not. */
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}

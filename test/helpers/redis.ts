@@ -1,0 +1,106 @@
+/**
+ * A real redis-server for a test file: started on a free port in a temporary directory
+ * (AOF with appendfsync always, as docs/README require for durability), stopped on teardown.
+ *
+ * REDIS_URL set: that server is used instead (each test still gets its own key prefix).
+ * TOKENPROXY_REQUIRE_REDIS=1 (set by .ci/run): a missing redis-server fails instead of skipping.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+
+export interface RedisHandle {
+  url: string;
+  port: number;
+  /** A key prefix unique to this call, so parallel test files never share keys. */
+  prefix: string;
+  /** kill -9 the server (only for servers this helper started). */
+  kill(): Promise<void>;
+  /** Start it again on the same port and directory (after kill). */
+  restart(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export function redisAvailable(): boolean {
+  if (process.env.REDIS_URL) return true;
+  return spawnSync('redis-server', ['--version']).status === 0;
+}
+
+/** The reason to skip Redis tests, or false to run them. Throws when Redis is required but missing. */
+export function redisSkip(): string | false {
+  if (redisAvailable()) return false;
+  if (process.env.TOKENPROXY_REQUIRE_REDIS === '1') {
+    throw new Error('redis-server is required (TOKENPROXY_REQUIRE_REDIS=1) but not installed');
+  }
+  return 'redis-server not installed';
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      const port = typeof addr === 'object' && addr ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitForPing(port: number, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const r = spawnSync('redis-cli', ['-p', String(port), 'ping'], { encoding: 'utf8' });
+    if (r.stdout?.trim() === 'PONG') return;
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  throw new Error(`redis-server on port ${port} did not answer within ${timeoutMs} ms`);
+}
+
+export async function startRedis(): Promise<RedisHandle> {
+  const prefix = `t${randomBytes(6).toString('hex')}:`;
+  if (process.env.REDIS_URL) {
+    const url = process.env.REDIS_URL;
+    const port = Number(new URL(url).port || 6379);
+    const unsupported = async () => {
+      throw new Error('kill/restart need a redis-server started by the helper (unset REDIS_URL)');
+    };
+    return { url, port, prefix, kill: unsupported, restart: unsupported, stop: async () => {} };
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'tp-redis-'));
+  const port = await freePort();
+  let child: ChildProcess | null = null;
+  const launch = async () => {
+    child = spawn(
+      'redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always', '--protected-mode', 'no'],
+      { stdio: 'ignore' },
+    );
+    await waitForPing(port);
+  };
+  const kill = async () => {
+    const c = child;
+    child = null;
+    if (!c || c.exitCode !== null) return;
+    await new Promise<void>((res) => {
+      c.once('exit', () => res());
+      c.kill('SIGKILL');
+    });
+  };
+  await launch();
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    prefix,
+    kill,
+    restart: launch,
+    stop: async () => {
+      await kill();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
