@@ -1,0 +1,22 @@
+/** GET /healthz (the process is alive) and GET /readyz (the token store answers; 503 when not). */
+import type { Route } from '../http/context.js';
+import { sendJson } from '../http/respond.js';
+import { ServiceError } from '../errors.js';
+import type { TokenStore } from '../store/types.js';
+
+export function healthRoutes(store: TokenStore): Route[] {
+  return [
+    { method: 'GET', path: '/healthz', group: 'health', auth: 'none', handle: async (ctx) => sendJson(ctx.res, 200, { status: 'ok' }, ctx.headers) },
+    {
+      method: 'GET', path: '/readyz', group: 'health', auth: 'none',
+      handle: async (ctx) => {
+        try {
+          await store.ping();
+        } catch (err) {
+          throw new ServiceError('store_unavailable', { cause: err });
+        }
+        sendJson(ctx.res, 200, { status: 'ready', store: store.kind }, ctx.headers);
+      },
+    },
+  ];
+}

@@ -1,0 +1,71 @@
+/**
+ * Bounded body reading: the limit is enforced while streaming, not only from Content-Length,
+ * and a body over the limit is answered 413 without reading the rest into memory.
+ */
+import type { IncomingMessage } from 'node:http';
+import { ServiceError } from '../errors.js';
+
+export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  const declared = req.headers['content-length'];
+  if (declared !== undefined && Number(declared) > limit) {
+    throw new ServiceError('body_too_large', { detail: `The body limit is ${limit} bytes` });
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > limit) {
+      throw new ServiceError('body_too_large', { detail: `The body limit is ${limit} bytes` });
+    }
+    chunks.push(chunk);
+  }
+  return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+}
+
+/** The media type of a Content-Type header, lower case, without parameters. */
+export function mediaType(req: IncomingMessage): string {
+  const ct = req.headers['content-type'];
+  return ct ? ct.split(';')[0]!.trim().toLowerCase() : '';
+}
+
+export function isJsonType(type: string): boolean {
+  return type === 'application/json' || (type.startsWith('application/') && type.endsWith('+json'));
+}
+
+/**
+ * The nesting depth of a JSON text, found by a scan that skips strings. Run before JSON.parse so
+ * a hostile body (10,000 levels deep) is refused with a clear error, not parsed.
+ */
+export function jsonDepthExceeds(buf: Buffer, maxDepth: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < buf.length; i++) {
+    const c = buf[i];
+    if (inString) {
+      if (c === 0x5c) i++; // backslash: skip the escaped byte
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > maxDepth) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
+}
+
+/** Reads and parses a JSON body; `accept` lists the media types allowed (415 otherwise). */
+export async function readJson(req: IncomingMessage, limit: number, maxDepth: number, accept: (type: string) => boolean = isJsonType): Promise<unknown> {
+  const type = mediaType(req);
+  if (!accept(type)) {
+    throw new ServiceError('unsupported_media_type', { detail: `Content-Type ${type || '(none)'} is not accepted here` });
+  }
+  const buf = await readBody(req, limit);
+  if (jsonDepthExceeds(buf, maxDepth)) {
+    throw new ServiceError('nesting_too_deep', { detail: `The body may be nested at most ${maxDepth} levels deep` });
+  }
+  try {
+    return JSON.parse(buf.toString('utf8')) as unknown;
+  } catch {
+    // The parser's message can quote the body: never pass it on.
+    throw new ServiceError('invalid_json', { detail: 'The request body is not valid JSON' });
+  }
+}

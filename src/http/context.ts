@@ -1,0 +1,54 @@
+/**
+ * The request context that flows through a route's stages. A stage enriches it, answers, or
+ * throws a ServiceError.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { KeyKind, Principal, ProxyPrincipal } from '../auth/keys.js';
+import type { Permission } from '../config/schema.js';
+import type { Logger } from '../log.js';
+
+/** The route groups the rate-limit rules name (rate-limit/rules.ts). */
+export type RouteGroup =
+  | 'tokenize'
+  | 'tokens.create'
+  | 'tokens.list'
+  | 'tokens.search.get'
+  | 'tokens.search.post'
+  | 'tokens.read'
+  | 'tokens.update'
+  | 'tokens.delete'
+  | 'reactor'
+  | 'management'
+  | 'proxy'
+  | 'health';
+
+export interface Context {
+  req: IncomingMessage;
+  res: ServerResponse;
+  url: URL;
+  requestId: string;
+  log: Logger;
+  clientIp: string;
+  params: Record<string, string>;
+  /** What a wildcard route matched (raw), e.g. the proxy suffix. */
+  rest: string;
+  principal?: Principal;
+  proxyPrincipal?: ProxyPrincipal;
+  /** Headers every response of this request carries (trace id, rate-limit headers). */
+  headers: Record<string, string>;
+  /** Reads the JSON body within the configured limits (415/413/400 otherwise). */
+  readJson(accept?: (mediaType: string) => boolean): Promise<unknown>;
+}
+
+export interface Route {
+  method: string;
+  path: string;
+  group: RouteGroup;
+  /** `api`: SVC-API-KEY; `proxy`: the route authenticates itself; `none`: open. */
+  auth: 'api' | 'proxy' | 'none';
+  /** Route-level permission (container-level checks happen in the vault). */
+  permission?: Permission;
+  /** Key kinds admitted (default: all). */
+  kinds?: readonly KeyKind[];
+  handle(ctx: Context): Promise<void>;
+}

@@ -1,0 +1,115 @@
+/**
+ * The request pipeline, built once: route → request id → authenticate → permission →
+ * rate-limit → handler. Cheap rejections come first: no body is read before authentication
+ * and rate limiting pass. Every error becomes a problem body in respond.ts.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import { holds } from '../auth/access.js';
+import type { KeyIndex } from '../auth/keys.js';
+import { ServiceError } from '../errors.js';
+import type { Logger } from '../log.js';
+import { readJson } from './body.js';
+import type { Context, Route } from './context.js';
+import { sendProblem } from './respond.js';
+import { Router } from './router.js';
+
+export interface RateLimitGate {
+  /** Resolves with headers for the response, or throws ServiceError (429 / 503). */
+  check(ctx: Context, route: Route): Promise<Record<string, string>>;
+}
+
+export interface PipelineOptions {
+  routes: Route[];
+  keys: KeyIndex;
+  log: Logger;
+  bodyLimit: number;
+  maxDepth: number;
+  clientIp: (socketAddress: string, xForwardedFor: string | undefined) => string;
+  rateLimits?: RateLimitGate;
+}
+
+const TRACE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+export function createPipeline(opts: PipelineOptions): (req: IncomingMessage, res: ServerResponse) => void {
+  const router = new Router(opts.routes);
+  return (req, res) => {
+    void handle(opts, router, req, res);
+  };
+}
+
+async function handle(opts: PipelineOptions, router: Router<Route>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const started = process.hrtime.bigint();
+  const trace = req.headers['svc-trace-id'];
+  const requestId = typeof trace === 'string' && TRACE_ID.test(trace) ? trace : randomUUID();
+  const log = opts.log.child({ req_id: requestId });
+  const headers: Record<string, string> = { 'svc-trace-id': requestId };
+  let routePath = '(none)';
+  let ctx: Context | undefined;
+  res.on('finish', () => {
+    const ms = Number(process.hrtime.bigint() - started) / 1e6;
+    // Method, route pattern and status only: never the raw URL (a query may carry a proxy key).
+    log.info(
+      { method: req.method, route: routePath, status: res.statusCode, ms: Math.round(ms * 100) / 100, tenant: ctx?.principal?.tenant.id ?? ctx?.proxyPrincipal?.tenant.id, app: ctx?.principal?.app.id },
+      'request',
+    );
+  });
+  try {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    const match = router.match(req.method ?? 'GET', url.pathname);
+    const route = match.route;
+    routePath = route.path;
+    ctx = {
+      req, res, url, requestId, log, headers,
+      clientIp: opts.clientIp(req.socket.remoteAddress ?? '', headerValue(req.headers['x-forwarded-for'])),
+      params: match.params,
+      rest: match.rest,
+      readJson: (accept) => readJson(req, opts.bodyLimit, opts.maxDepth, accept),
+    };
+    if (route.auth === 'api') authenticate(opts, ctx, route);
+    if (opts.rateLimits && route.group !== 'health') Object.assign(headers, await opts.rateLimits.check(ctx, route));
+    await route.handle(ctx);
+  } catch (err) {
+    if (!(err instanceof ServiceError)) log.error({ err: safeError(err) }, 'unhandled error');
+    else if (err.status >= 500) log.warn({ code: err.code, cause: safeError(err.cause) }, 'request failed');
+    drainAndAnswer(req, res, err, headers);
+  }
+}
+
+function authenticate(opts: PipelineOptions, ctx: Context, route: Route): void {
+  const key = headerValue(ctx.req.headers['svc-api-key']);
+  if (!key) throw new ServiceError('missing_api_key', { detail: 'Send the API key in the SVC-API-KEY header' });
+  const principal = opts.keys.findApiKey(key);
+  if (!principal) throw new ServiceError('invalid_api_key');
+  ctx.principal = principal;
+  if (route.kinds && !route.kinds.includes(principal.app.type)) {
+    throw new ServiceError('forbidden', { detail: `This route needs a ${route.kinds.join(' or ')} key` });
+  }
+  if (route.permission && !holds(principal.app, route.permission)) {
+    throw new ServiceError('forbidden', { detail: `The key lacks the permission ${route.permission}` });
+  }
+}
+
+export function headerValue(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/** Only the error's class and code: dependency messages may quote values. */
+export function safeError(err: unknown): Record<string, unknown> | undefined {
+  if (!(err instanceof Error)) return undefined;
+  const code = (err as NodeJS.ErrnoException).code;
+  return { type: err.name, ...(code ? { code } : {}), stack: err.stack?.split('\n').slice(1, 6).join('\n') };
+}
+
+/**
+ * Answers with the problem. An unread request body is discarded (up to a bound) so a
+ * keep-alive client is not left writing into a closed socket; a larger one closes the connection.
+ */
+function drainAndAnswer(req: IncomingMessage, res: ServerResponse, err: unknown, headers: Record<string, string>): void {
+  if (req.complete || req.readableEnded) {
+    sendProblem(res, err, headers);
+    return;
+  }
+  sendProblem(res, err, { ...headers, connection: 'close' });
+  req.resume();
+}

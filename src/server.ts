@@ -1,0 +1,97 @@
+/**
+ * Wiring only: builds the store, the key ring, the vault, keys, limits and routes from the
+ * config, and serves them. Logic lives in the modules wired here.
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { dirname, resolve } from 'node:path';
+import { healthRoutes } from './api/health.js';
+import { tokenRoutes } from './api/tokens.js';
+import { KeyIndex } from './auth/keys.js';
+import type { LoadedConfig } from './config/load.js';
+import { KeyRing } from './crypto/keyring.js';
+import { loadMasterKey } from './crypto/master-key.js';
+import { createClientIp } from './http/client-ip.js';
+import type { Route } from './http/context.js';
+import { createPipeline } from './http/pipeline.js';
+import { createLogger, type Logger } from './log.js';
+import { createStore } from './store/factory.js';
+import type { TokenStore } from './store/types.js';
+import { TokenService } from './vault/service.js';
+
+export interface RunningService {
+  server: Server;
+  /** http://host:port of the listening server. */
+  url: string;
+  port: number;
+  store: TokenStore;
+  tokens: TokenService;
+  log: Logger;
+  close(): Promise<void>;
+}
+
+export interface StartOptions {
+  log?: Logger;
+}
+
+const CVC_PURGE_INTERVAL_MS = 60_000;
+
+export async function startService(config: LoadedConfig, opts: StartOptions = {}): Promise<RunningService> {
+  const log = opts.log ?? createLogger(config.log.level);
+  const store = await createStore(config.store);
+  const cleanups: Array<() => Promise<void> | void> = [() => store.close()];
+  try {
+    const master = loadMasterKey({
+      fromEnv: config.masterKeyFromEnv,
+      file: config.secrets.master_key_file,
+      storeKind: config.store.kind,
+      dataDir: dirname(resolve(config.store.path)),
+      warn: (msg) => log.warn(msg),
+    });
+    const ring = await KeyRing.open(master, store);
+    master.fill(0);
+    const tokens = new TokenService(store, ring, {
+      maxDepth: config.server.max_depth,
+      cvcRetentionMs: config.store.cvc_retention_seconds * 1000,
+    });
+    const routes: Route[] = [...healthRoutes(store), ...tokenRoutes(tokens)];
+    const handler = createPipeline({
+      routes,
+      keys: new KeyIndex(config.tenants),
+      log,
+      bodyLimit: config.server.body_limit_bytes,
+      maxDepth: config.server.max_depth,
+      clientIp: createClientIp(config.server.trust_proxy),
+    });
+    const server = createServer({ requestTimeout: config.server.request_timeout_ms, keepAliveTimeout: 65_000 }, handler);
+    cleanups.unshift(() => closeServer(server));
+    const purge = setInterval(() => {
+      store.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));
+    }, CVC_PURGE_INTERVAL_MS);
+    purge.unref();
+    cleanups.unshift(() => clearInterval(purge));
+    await new Promise<void>((res, rej) => {
+      server.once('error', rej);
+      server.listen(config.server.port, config.server.host, () => res());
+    });
+    const { port, address } = server.address() as AddressInfo;
+    const host = address.includes(':') ? `[${address}]` : address;
+    return {
+      server, port, url: `http://${host}:${port}`, store, tokens, log,
+      close: async () => {
+        for (const c of cleanups) await c();
+      },
+    };
+  } catch (err) {
+    for (const c of cleanups) await c();
+    throw err;
+  }
+}
+
+function closeServer(server: Server): Promise<void> {
+  return new Promise((res) => {
+    server.close(() => res());
+    server.closeIdleConnections();
+    setTimeout(() => server.closeAllConnections(), 2000).unref();
+  });
+}

@@ -1,0 +1,184 @@
+/**
+ * Token definitions: `{type, data, …}` objects and plain strings, validated into one normal
+ * form. Pure: no I/O, no crypto. Every problem is recorded under the field's JSON path; messages
+ * never quote a value.
+ */
+import { containerPattern } from '../config/schema.js';
+import type { FieldErrors } from '../errors.js';
+import { validateCard, type CardData } from './card.js';
+import { compileExpression, ExpressionError, MAX_EXPRESSION_LENGTH } from './expressions.js';
+
+export type TokenType = 'token' | 'card';
+export const TOKEN_TYPES: readonly TokenType[] = ['token', 'card'];
+
+/** compat.md: default container by type. */
+export const DEFAULT_CONTAINER: Record<TokenType, string> = { token: '/general/high/', card: '/pci/high/' };
+/** spec: a card's fingerprint expression when none is supplied. */
+export const CARD_FINGERPRINT = '{{ data.number }}';
+
+export const LIMITS = {
+  metadataKeys: 100,
+  metadataKeyLength: 100,
+  metadataValueLength: 1000,
+  searchIndexes: 20,
+  idMin: 3,
+  idMax: 400,
+};
+const ID_PATTERN = /^[A-Za-z0-9._~:@+=-]+$/;
+
+const KNOWN_FIELDS = new Set([
+  'type', 'data', 'id', 'containers', 'metadata', 'search_indexes', 'fingerprint_expression',
+  'mask', 'deduplicate_token', 'expires_at',
+]);
+
+export interface Definition {
+  /** JSON path of the definition in the request ('' at the root). */
+  path: string;
+  /** Made from a plain string: answered with the token's id, not a record. */
+  plain: boolean;
+  type: TokenType;
+  data: string | CardData;
+  id: string | null;
+  container: string;
+  metadata: Record<string, string>;
+  search_indexes: string[];
+  /** Effective expression (a card's default applies); null: no fingerprint. */
+  fingerprint_expression: string | null;
+  mask: string | null;
+  deduplicate: boolean;
+  expires_at: string | null;
+}
+
+export function isDefinitionShape(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v) && 'type' in v && 'data' in v;
+}
+
+export function at(path: string, field: string): string {
+  return path ? `${path}.${field}` : field;
+}
+
+function add(errors: FieldErrors, path: string, message: string): void {
+  (errors[path] ??= []).push(message);
+}
+
+export function plainStringDefinition(path: string, value: string): Definition {
+  return {
+    path, plain: true, type: 'token', data: value, id: null, container: DEFAULT_CONTAINER.token, metadata: {},
+    search_indexes: [], fingerprint_expression: null, mask: null, deduplicate: false, expires_at: null,
+  };
+}
+
+function checkExpression(expr: unknown, path: string, errors: FieldErrors): string | null {
+  if (typeof expr !== 'string' || expr.length === 0) {
+    add(errors, path, 'must be a non-empty expression string');
+    return null;
+  }
+  if (expr.length > MAX_EXPRESSION_LENGTH) {
+    add(errors, path, `must be at most ${MAX_EXPRESSION_LENGTH} characters`);
+    return null;
+  }
+  try {
+    compileExpression(expr);
+    return expr;
+  } catch (err) {
+    add(errors, path, err instanceof ExpressionError ? err.message : 'invalid expression');
+    return null;
+  }
+}
+
+export function checkMetadata(v: unknown, path: string, errors: FieldErrors): Record<string, string> {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) {
+    add(errors, path, 'must be an object of string values');
+    return {};
+  }
+  const entries = Object.entries(v as Record<string, unknown>);
+  if (entries.length > LIMITS.metadataKeys) add(errors, path, `must have at most ${LIMITS.metadataKeys} keys`);
+  const out: Record<string, string> = {};
+  for (const [k, val] of entries) {
+    if (k.length === 0 || k.length > LIMITS.metadataKeyLength) add(errors, `${path}.${k}`, `keys must have 1 to ${LIMITS.metadataKeyLength} characters`);
+    else if (typeof val !== 'string') add(errors, `${path}.${k}`, 'must be a string');
+    else if (val.length > LIMITS.metadataValueLength) add(errors, `${path}.${k}`, `must be at most ${LIMITS.metadataValueLength} characters`);
+    else out[k] = val;
+  }
+  return out;
+}
+
+export function checkSearchIndexes(v: unknown, path: string, errors: FieldErrors): string[] {
+  if (!Array.isArray(v)) {
+    add(errors, path, 'must be an array of expressions');
+    return [];
+  }
+  if (v.length > LIMITS.searchIndexes) add(errors, path, `must have at most ${LIMITS.searchIndexes} expressions`);
+  return v.map((e, i) => checkExpression(e, `${path}[${i}]`, errors)).filter((e): e is string => e !== null);
+}
+
+export function checkExpiresAt(v: unknown, path: string, errors: FieldErrors, now: number): string | null {
+  if (v === null) return null;
+  if (typeof v !== 'string' || !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(v) || Number.isNaN(Date.parse(v))) {
+    add(errors, path, 'must be an ISO 8601 timestamp with a UTC offset');
+    return null;
+  }
+  if (Date.parse(v) <= now) {
+    add(errors, path, 'must be in the future');
+    return null;
+  }
+  return new Date(Date.parse(v)).toISOString();
+}
+
+export function checkMask(v: unknown, type: TokenType, path: string, errors: FieldErrors): string | null {
+  if (type === 'card') {
+    add(errors, path, 'card tokens are masked by the service (all but the last four digits); mask is for type token');
+    return null;
+  }
+  return checkExpression(v, path, errors);
+}
+
+/** Validates a `{type, data, …}` object at `path`; returns null (with errors recorded) when invalid. */
+export function parseDefinition(obj: Record<string, unknown>, path: string, errors: FieldErrors, now: number): Definition | null {
+  const before = Object.keys(errors).length;
+  for (const k of Object.keys(obj)) if (!KNOWN_FIELDS.has(k)) add(errors, at(path, k), 'unknown field');
+
+  const type = obj.type;
+  if (typeof type !== 'string' || !TOKEN_TYPES.includes(type as TokenType)) {
+    add(errors, at(path, 'type'), `must be one of: ${TOKEN_TYPES.join(', ')}`);
+    return null;
+  }
+  const t = type as TokenType;
+  let data: string | CardData | null = null;
+  if (t === 'card') data = validateCard(obj.data, at(path, 'data'), errors);
+  else if (typeof obj.data === 'string') data = obj.data;
+  else add(errors, at(path, 'data'), 'must be a string for type token');
+
+  let id: string | null = null;
+  if (obj.id !== undefined) {
+    if (typeof obj.id !== 'string' || obj.id.length < LIMITS.idMin || obj.id.length > LIMITS.idMax || !ID_PATTERN.test(obj.id)) {
+      add(errors, at(path, 'id'), `must be ${LIMITS.idMin} to ${LIMITS.idMax} characters of letters, digits and . _ ~ : @ + = -`);
+    } else id = obj.id;
+  }
+
+  let container = DEFAULT_CONTAINER[t];
+  if (obj.containers !== undefined) {
+    const c = obj.containers;
+    if (!Array.isArray(c) || c.length !== 1 || typeof c[0] !== 'string' || !containerPattern.test(c[0])) {
+      add(errors, at(path, 'containers'), 'must be an array of exactly one container that starts and ends with "/", lower case');
+    } else container = c[0];
+  }
+
+  const metadata = obj.metadata === undefined ? {} : checkMetadata(obj.metadata, at(path, 'metadata'), errors);
+  const search_indexes = obj.search_indexes === undefined ? [] : checkSearchIndexes(obj.search_indexes, at(path, 'search_indexes'), errors);
+  let fingerprint_expression = t === 'card' ? CARD_FINGERPRINT : null;
+  if (obj.fingerprint_expression !== undefined) {
+    fingerprint_expression = checkExpression(obj.fingerprint_expression, at(path, 'fingerprint_expression'), errors);
+  }
+  const mask = obj.mask === undefined ? null : checkMask(obj.mask, t, at(path, 'mask'), errors);
+  let deduplicate = false;
+  if (obj.deduplicate_token !== undefined) {
+    if (typeof obj.deduplicate_token !== 'boolean') add(errors, at(path, 'deduplicate_token'), 'must be a boolean');
+    else deduplicate = obj.deduplicate_token;
+    if (deduplicate && fingerprint_expression === null) add(errors, at(path, 'deduplicate_token'), 'needs a fingerprint_expression');
+  }
+  const expires_at = obj.expires_at === undefined ? null : checkExpiresAt(obj.expires_at, at(path, 'expires_at'), errors, now);
+
+  if (Object.keys(errors).length !== before || data === null) return null;
+  return { path, plain: false, type: t, data, id, container, metadata, search_indexes, fingerprint_expression, mask, deduplicate, expires_at };
+}

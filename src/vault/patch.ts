@@ -1,0 +1,54 @@
+/**
+ * PATCH /tokens/{id} as an RFC 7396 merge patch: members replace, `null` removes, objects merge
+ * (card `data`, `metadata`). `type`, `id`, `containers` and `created_*` cannot change. The result
+ * is validated exactly like a new definition.
+ */
+import { ServiceError, type FieldErrors } from '../errors.js';
+import type { StoredToken } from '../store/types.js';
+import type { CardData } from './card.js';
+import { parseDefinition, type Definition } from './definition.js';
+
+const IMMUTABLE = ['type', 'id', 'containers', 'tenant_id', 'created_by', 'created_at'];
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** RFC 7396 MergePatch. */
+export function mergePatch(target: unknown, patch: unknown): unknown {
+  if (!isObject(patch)) return patch;
+  const out: Record<string, unknown> = isObject(target) ? { ...target } : {};
+  for (const [k, v] of Object.entries(patch)) {
+    if (v === null) delete out[k];
+    else Object.defineProperty(out, k, { value: mergePatch(out[k], v), enumerable: true, writable: true, configurable: true });
+  }
+  return out;
+}
+
+export function applyPatch(t: StoredToken, current: string | CardData, patch: unknown, now: number): { def: Definition; keepCvc: boolean } {
+  if (!isObject(patch)) throw new ServiceError('validation_failed', { detail: 'A merge patch must be a JSON object' });
+  const errors: FieldErrors = {};
+  for (const k of IMMUTABLE) {
+    if (k in patch && patch[k] !== (k === 'containers' ? undefined : (t as unknown as Record<string, unknown>)[k])) {
+      (errors[k] ??= []).push('cannot be changed');
+    }
+  }
+  if (Object.keys(errors).length) throw new ServiceError('validation_failed', { detail: 'The patch is invalid; the token is unchanged', errors });
+
+  const existing: Record<string, unknown> = { type: t.type, data: current, metadata: t.metadata, search_indexes: t.search_indexes };
+  if (t.fingerprint_expression !== null && !(t.type === 'card' && t.fingerprint_expression === '{{ data.number }}')) {
+    existing.fingerprint_expression = t.fingerprint_expression;
+  }
+  if (t.mask !== null) existing.mask = t.mask;
+  const { type: _t, id: _i, containers: _c, tenant_id: _ti, created_by: _cb, created_at: _ca, ...rest } = patch;
+  const merged = mergePatch(existing, rest) as Record<string, unknown>;
+  const def = parseDefinition(merged, '', errors, now);
+  if (!def) throw new ServiceError('validation_failed', { detail: 'The patch is invalid; the token is unchanged', errors });
+  // Untouched by the patch, the expiry stays as it was (and is not re-checked against now).
+  if (!('expires_at' in rest)) def.expires_at = t.expires_at;
+  def.container = t.container;
+  // A new card number or cvc replaces the retained cvc; otherwise it is kept as it was.
+  const dataPatch = rest.data;
+  const keepCvc = !(isObject(dataPatch) && ('cvc' in dataPatch || 'number' in dataPatch));
+  return { def, keepCvc };
+}

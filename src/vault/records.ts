@@ -1,0 +1,68 @@
+/**
+ * Token records as they leave the service. The shapes are the spec's ("Token (output record)"):
+ * a card's masked fields go under `mask` in a response to a single definition and under `data`
+ * in array and composite responses; a `token` record never carries its value; the cvc never
+ * appears. Reads apply the access rule's transform: reveal, mask or redact.
+ */
+import type { Transform } from '../auth/access.js';
+import type { StoredToken } from '../store/types.js';
+import { maskedCard, revealedCard, type CardData } from './card.js';
+import { renderExpression } from './expressions.js';
+
+export type TokenRecord = Record<string, unknown>;
+
+/** Fields every record carries, in a stable order. */
+function base(t: StoredToken): TokenRecord {
+  const r: TokenRecord = { id: t.id, tenant_id: t.tenant_id, type: t.type, containers: [t.container] };
+  return r;
+}
+
+function tail(t: StoredToken, r: TokenRecord): TokenRecord {
+  if (Object.keys(t.metadata).length > 0) r.metadata = t.metadata;
+  if (t.search_indexes.length > 0) r.search_indexes = t.search_indexes;
+  if (t.fingerprint_expression !== null) r.fingerprint_expression = t.fingerprint_expression;
+  if (t.fingerprint !== null) r.fingerprint = t.fingerprint;
+  if (t.mask !== null) r.mask = t.mask;
+  if (t.expires_at !== null) r.expires_at = t.expires_at;
+  r.created_by = t.created_by;
+  r.created_at = t.created_at;
+  if (t.modified_at !== null) {
+    r.modified_by = t.modified_by;
+    r.modified_at = t.modified_at;
+  }
+  return r;
+}
+
+/**
+ * A record in a tokenize / create response. `card` is the plaintext card (for its mask);
+ * `style` says where the masked fields go.
+ */
+export function createdRecord(t: StoredToken, card: CardData | null, style: 'mask' | 'data', deduplicated: boolean): TokenRecord {
+  const r = base(t);
+  if (card) r[style] = maskedCard(card);
+  tail(t, r);
+  if (deduplicated) r._extras = { deduplicated: true };
+  return r;
+}
+
+/** A record in a read, list or search response. `plaintext` is the unsealed data (null when redacted). */
+export function readRecord(t: StoredToken, transform: Transform, plaintext: string | CardData | null): TokenRecord {
+  const r = base(t);
+  if (transform !== 'redact' && plaintext !== null) {
+    if (t.type === 'card') {
+      r.data = transform === 'reveal' ? revealedCard(plaintext as CardData) : maskedCard(plaintext as CardData);
+    } else if (transform === 'reveal') {
+      r.data = plaintext;
+    } else if (t.mask !== null) {
+      r.data = renderExpression(t.mask, plaintext);
+    }
+  }
+  return tail(t, r);
+}
+
+/** Whether reading `t` with `transform` needs its plaintext. */
+export function needsPlaintext(t: StoredToken, transform: Transform): boolean {
+  if (transform === 'reveal') return true;
+  if (transform === 'mask') return t.type === 'card' || t.mask !== null;
+  return false;
+}
