@@ -1,0 +1,62 @@
+import t from 'tap';
+import { createClientIp, normalizeIp, parseCidr } from '../../src/http/client-ip.js';
+
+t.test('no trusted proxies: the socket address, X-Forwarded-For ignored', async (t) => {
+  const ip = createClientIp([]);
+  t.equal(ip('203.0.113.9', undefined), '203.0.113.9');
+  t.equal(ip('203.0.113.9', '1.2.3.4'), '203.0.113.9');
+  t.equal(ip('::ffff:203.0.113.9', '1.2.3.4'), '203.0.113.9', 'IPv4-mapped peer normalized');
+  t.equal(ip('2001:db8::1', '1.2.3.4'), '2001:db8::1');
+});
+
+t.test('spoofed X-Forwarded-For from an untrusted peer changes nothing', async (t) => {
+  const ip = createClientIp(['10.0.0.0/8', '127.0.0.1', 'fd00::/8']);
+  t.equal(ip('198.51.100.7', '10.0.0.1'), '198.51.100.7', 'claims to be a trusted proxy');
+  t.equal(ip('198.51.100.7', '203.0.113.1, 10.0.0.2'), '198.51.100.7');
+  t.equal(ip('2001:db8::7', '203.0.113.1'), '2001:db8::7');
+  t.equal(ip('::ffff:198.51.100.7', '203.0.113.1'), '198.51.100.7');
+});
+
+t.test('trusted peer: the right-most untrusted X-Forwarded-For address', async (t) => {
+  const ip = createClientIp(['10.0.0.0/8', '127.0.0.1', 'fd00::/8']);
+  t.equal(ip('10.1.2.3', '203.0.113.5'), '203.0.113.5');
+  t.equal(ip('127.0.0.1', '203.0.113.5'), '203.0.113.5');
+  t.equal(ip('::ffff:127.0.0.1', '203.0.113.5'), '203.0.113.5', 'IPv4-mapped trusted peer');
+  t.equal(ip('10.1.2.3', '1.1.1.1, 203.0.113.5, 10.9.9.9'), '203.0.113.5', 'client-supplied left part ignored');
+  t.equal(ip('10.1.2.3', 'spoofed-garbage, 203.0.113.5'), '203.0.113.5');
+  t.equal(ip('fd00::1', '2001:db8::42'), '2001:db8::42', 'IPv6 trusted peer and client');
+  t.equal(ip('fd00::1', '[2001:db8::42]:443'), '2001:db8::42', 'bracketed with port');
+  t.equal(ip('10.1.2.3', '203.0.113.5:8080'), '203.0.113.5', 'IPv4 with port');
+  t.equal(ip('10.1.2.3', '::ffff:203.0.113.5'), '203.0.113.5', 'IPv4-mapped hop normalized');
+  t.equal(ip('10.1.2.3', ' 203.0.113.5 ,10.0.0.9 '), '203.0.113.5', 'whitespace');
+});
+
+t.test('trusted peer without a usable X-Forwarded-For', async (t) => {
+  const ip = createClientIp(['10.0.0.0/8']);
+  t.equal(ip('10.1.2.3', undefined), '10.1.2.3');
+  t.equal(ip('10.1.2.3', ''), '10.1.2.3');
+  t.equal(ip('10.1.2.3', '10.0.0.5, 10.0.0.6'), '10.0.0.5', 'all hops trusted: the left-most');
+  t.equal(ip('10.1.2.3', 'not-an-ip'), '10.1.2.3', 'garbage right after a trusted hop: the trusted hop');
+  t.equal(ip('10.1.2.3', 'not-an-ip, 10.0.0.5'), '10.0.0.5');
+});
+
+t.test('CIDR parsing', async (t) => {
+  t.same(parseCidr('10.0.0.0/8'), { address: '10.0.0.0', prefix: 8, family: 'ipv4' });
+  t.same(parseCidr('192.168.1.1'), { address: '192.168.1.1', prefix: 32, family: 'ipv4' });
+  t.same(parseCidr('fd00::/8'), { address: 'fd00::', prefix: 8, family: 'ipv6' });
+  t.same(parseCidr('::1'), { address: '::1', prefix: 128, family: 'ipv6' });
+  t.same(parseCidr('::ffff:10.0.0.0/104'), { address: '10.0.0.0', prefix: 8, family: 'ipv4' });
+  t.same(parseCidr('::ffff:10.0.0.1'), { address: '10.0.0.1', prefix: 32, family: 'ipv4' });
+  for (const bad of ['10.0.0.0/33', '10.0.0/8', 'fd00::/129', 'x', '10.0.0.0/8/1', '10.0.0.0/a', '', '::ffff:10.0.0.0/95']) {
+    t.equal(parseCidr(bad), undefined, `rejects ${JSON.stringify(bad)}`);
+  }
+  t.throws(() => createClientIp(['10.0.0.0/8', 'nope']), /trust_proxy: "nope"/);
+});
+
+t.test('IPv4-mapped CIDR trusts the IPv4 peer', async (t) => {
+  const ip = createClientIp(['::ffff:10.0.0.0/104']);
+  t.equal(ip('10.2.3.4', '203.0.113.5'), '203.0.113.5');
+  t.equal(ip('::ffff:10.2.3.4', '203.0.113.5'), '203.0.113.5');
+  t.equal(normalizeIp('::FFFF:1.2.3.4'), '1.2.3.4');
+  t.equal(normalizeIp('::1'), '::1');
+});
