@@ -68,7 +68,11 @@ export function loadConfigFile(opts: LoadOptions = {}): LoadedConfig {
 /** Validates an in-memory config object (tests and embedding use this directly). */
 export function buildConfig(raw: unknown, opts: { source?: string | null; env?: NodeJS.ProcessEnv; baseDir?: string } = {}): LoadedConfig {
   const env = opts.env ?? process.env;
-  const parsed = configSchema.safeParse(raw);
+  // A section left with only comments in YAML parses as null: treat it as absent (defaults).
+  const input = raw && typeof raw === 'object' && !Array.isArray(raw)
+    ? Object.fromEntries(Object.entries(raw).filter(([, v]) => v !== null))
+    : raw;
+  const parsed = configSchema.safeParse(input);
   if (!parsed.success) throw new ConfigError(zodProblems(parsed.error));
   const cfg = parsed.data;
   if (env.PORT !== undefined) {

@@ -1,0 +1,70 @@
+/** Config: the shipped default validates, bad files name every bad path, limits are enforced. */
+import t from 'tap';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildConfig, ConfigError, loadConfigFile } from '../../src/config/load.js';
+
+const tenant = (apps: unknown[], extra: Record<string, unknown> = {}) => ({
+  tenants: [{ id: '7f1c6b3e-0d2a-4c59-9a4e-3b8d2f6a1c10', name: 'x', applications: apps, ...extra }],
+});
+const app = (extra: Record<string, unknown> = {}) => ({
+  id: '0b7d5c2a-9e41-4f3b-8c6d-1a2b3c4d5e6f', name: 'a', type: 'private', keys: ['k'.repeat(20)], ...extra,
+});
+
+function problems(raw: unknown): string[] {
+  try {
+    buildConfig(raw, { env: {} });
+  } catch (e) {
+    if (e instanceof ConfigError) return e.problems;
+    throw e;
+  }
+  return [];
+}
+
+t.test('the shipped config/tokenproxy.yaml is valid and frozen', async (t) => {
+  const cfg = loadConfigFile({ path: 'config/tokenproxy.yaml', env: {} });
+  t.equal(cfg.store.kind, 'embedded');
+  t.equal(cfg.server.body_limit_bytes, 5 * 1024 * 1024);
+  t.ok(cfg.tenants.length >= 1);
+  t.ok(Object.isFrozen(cfg.tenants[0]));
+});
+
+t.test('a bad permission is named by its path', async (t) => {
+  const p = problems(tenant([app(), app({ id: '0b7d5c2a-9e41-4f3b-8c6d-1a2b3c4d5e60', keys: ['z'.repeat(20)], permissions: ['token:create', 'token:read', 'token:craete'] })]));
+  t.same(p, ['tenants[0].applications[1].permissions[2]: unknown permission "token:craete"']);
+});
+
+t.test('several problems are all reported', async (t) => {
+  const p = problems({ server: { port: 'x' }, store: { kind: 'disk' }, ...tenant([app({ type: 'public', permissions: ['token:read'] })]) });
+  t.ok(p.some((m) => m.startsWith('server.port:')));
+  t.ok(p.some((m) => m.startsWith('store.kind:')));
+  const p2 = problems(tenant([app({ type: 'public', permissions: ['token:read'] })]));
+  t.match(p2[0], /public application may hold only token:create, token:update/);
+});
+
+t.test('PORT and HOST override; a bad PORT is refused', async (t) => {
+  const cfg = buildConfig({}, { env: { PORT: '9999', HOST: '0.0.0.0' } });
+  t.equal(cfg.server.port, 9999);
+  t.equal(cfg.server.host, '0.0.0.0');
+  t.throws(() => buildConfig({}, { env: { PORT: 'abc' } }), ConfigError);
+});
+
+t.test('reactor code: length limit and code_file relative to the config file', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tp-cfg-'));
+  t.teardown(() => {});
+  writeFileSync(join(dir, 'ok.js'), 'module.exports = async () => ({ raw: 1 });');
+  const reactor = (r: Record<string, unknown>) => tenant([], { reactors: [{ id: 'r1', name: 'r', ...r }] });
+  writeFileSync(join(dir, 'c.yaml'), JSON.stringify(reactor({ code_file: 'ok.js' })));
+  t.match(loadConfigFile({ path: join(dir, 'c.yaml'), env: {} }).tenants[0]!.reactors[0]!.code, /module.exports/);
+  t.same(problems(reactor({ code: 'x'.repeat(50_000) })), []);
+  t.match(problems(reactor({ code: 'x'.repeat(50_001) }))[0], /reactor "r1" is 50001 characters; the limit is 50000/);
+  t.match(problems(reactor({}))[0], /exactly one of code and code_file/);
+});
+
+t.test('a missing or unparsable file is a ConfigError', async (t) => {
+  t.throws(() => loadConfigFile({ path: '/nonexistent/x.yaml', env: {} }), ConfigError);
+  const dir = mkdtempSync(join(tmpdir(), 'tp-cfg-'));
+  writeFileSync(join(dir, 'bad.yaml'), 'server: [unclosed');
+  t.throws(() => loadConfigFile({ path: join(dir, 'bad.yaml'), env: {} }), ConfigError);
+});
