@@ -1,0 +1,399 @@
+/**
+ * The rate-limit service: built once at start-up from `rate_limits` config, asked once per request
+ * (after authentication, before the body is read) with the request's subject.
+ *
+ *   const limits = RateLimitService.create(config.rate_limits, { log, redis });
+ *   const { headers } = await limits.check({ tenant, route: 'tokenize', clientIp, apiKeyId, keyKind });
+ *   // set `headers` on the response; a 429 / 503 is thrown as a ServiceError carrying its headers
+ *
+ * Every rule of `rules.ts` that matches the request counts it (one point each); the strictest
+ * decides (compat.md, "Rate limits"): any rule over its limit → 429 with the longest wait; otherwise
+ * the RateLimit-* headers describe the rule with the fewest points left.
+ *
+ * Stores: rate-limiter-flexible's RateLimiterMemory (one instance) or RateLimiterRedis (counters
+ * shared by every instance on one Redis). rate-limiter-flexible resolves a consume with a
+ * RateLimiterRes, rejects with a RateLimiterRes when over the limit, and rejects with an Error when
+ * the store failed; that is the one mapping from this dependency to our errors (DESIGN.md §5).
+ *
+ * Redis down:
+ * - `on_store_error: reject` → 503 rate_limit_unavailable;
+ * - `allow` → the request is counted on a per-instance memory limiter with the same limits (the
+ *   "insurance" limiter), so traffic under the limit is served while a flood from one key is still
+ *   stopped by each instance. We call the insurance limiter ourselves rather than through
+ *   rate-limiter-flexible's `insuranceLimiter` option because that option swallows the store error,
+ *   and the failure must be logged and counted.
+ * No check waits longer than `timeout_ms` on Redis, commands are never queued while the connection
+ * is down (`rejectIfRedisNotReady`, plus `enableOfflineQueue: false` on a client we create), and
+ * ioredis reconnects on its own, so limits work again when Redis is back without a restart.
+ */
+import { Redis, type Cluster } from 'ioredis';
+import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import type { Config, RateRuleOverride } from '../config/schema.js';
+import { ServiceError } from '../errors.js';
+import type { Logger } from '../log.js';
+import {
+  ruleMatches,
+  resolveRules,
+  type Counter,
+  type EffectiveRule,
+  type KeyKind,
+  type RouteGroup,
+  type RuleLimits,
+  type Tier,
+} from './rules.js';
+
+export type { RouteGroup, KeyKind, Tier } from './rules.js';
+
+export type RateLimitConfig = Config['rate_limits'];
+
+/** The tenant fields the limits depend on (a `TenantConfig` fits). */
+export interface RateLimitTenant {
+  id: string;
+  test: boolean;
+  rate_limit_tier: Tier;
+  custom_rate_limits: Readonly<Record<string, RateRuleOverride>>;
+}
+
+export interface RateLimitSubject {
+  tenant: RateLimitTenant;
+  route: RouteGroup;
+  /** From `createClientIp` (src/http/client-ip.ts). */
+  clientIp: string;
+  /** A digest of the API key (never the key itself). */
+  apiKeyId?: string;
+  /** The type of the application the API key belongs to. */
+  keyKind?: KeyKind;
+  /** The application is marked `legacy: true` (the spec's legacy per-IP rules apply). */
+  legacy?: boolean;
+  /** A digest of the proxy key (never the key itself). */
+  proxyKeyId?: string;
+}
+
+export interface RateLimitDecision {
+  /** RateLimit-Limit / -Remaining / -Reset of the strictest matching rule; empty when none matched. */
+  headers: Record<string, string>;
+}
+
+export interface RateLimitServiceOptions {
+  log: Logger;
+  /** A shared ioredis client; without one, `store: redis` connects to `url` itself. */
+  redis?: Redis | Cluster;
+  /** Store failures are logged at most once per this interval (default 10 s). */
+  failureLogIntervalMs?: number;
+}
+
+export interface RateLimitStats {
+  /** Checks that met a store failure (error or timeout) since start-up. */
+  storeFailures: number;
+}
+
+/**
+ * ioredis options for a client used by the limiter: fail fast instead of queueing while
+ * disconnected, never resend stale increments after a reconnect, reconnect forever with a short
+ * back-off so recovery needs no restart.
+ */
+export const RATE_LIMIT_REDIS_OPTIONS = {
+  enableOfflineQueue: false,
+  maxRetriesPerRequest: 1,
+  autoResendUnfulfilledCommands: false,
+  connectTimeout: 2_000,
+  retryStrategy: (times: number): number => Math.min(50 * times, 1_000),
+} as const;
+
+type Limiter = RateLimiterAbstract;
+
+interface CompiledRule extends EffectiveRule {
+  limiter: Limiter;
+  /** Per-instance fallback in `allow` mode with a Redis store. */
+  insurance: Limiter | undefined;
+}
+
+interface TenantEntry {
+  tier: Tier;
+  custom: RateLimitTenant['custom_rate_limits'];
+  test: boolean;
+  byRoute: Map<RouteGroup, CompiledRule[]>;
+}
+
+type Outcome =
+  | { rule: CompiledRule; res: RateLimiterRes; over: boolean }
+  | { rule: CompiledRule; error: unknown };
+
+const NO_HEADERS: RateLimitDecision = Object.freeze({ headers: Object.freeze({}) as Record<string, string> });
+const TIMED_OUT: unique symbol = Symbol('timed out');
+const TIMEOUT_ERROR = new Error('rate-limit store timed out');
+
+const seconds = (ms: number): number => (ms > 0 ? Math.ceil(ms / 1000) : 0);
+
+function counterIdentity(counter: Counter, s: RateLimitSubject): string | undefined {
+  switch (counter) {
+    case 'api_key':
+      return s.apiKeyId;
+    case 'api_key_ip':
+      return s.apiKeyId === undefined ? undefined : `${s.apiKeyId}|${s.clientIp}`;
+    case 'proxy_key':
+      return s.proxyKeyId;
+    case 'ip':
+      return s.clientIp;
+  }
+}
+
+function rateLimitHeaders(o: { rule: CompiledRule; res: RateLimiterRes }): Record<string, string> {
+  return {
+    'RateLimit-Limit': String(o.rule.limits.points),
+    'RateLimit-Remaining': String(Math.max(0, o.res.remainingPoints)),
+    'RateLimit-Reset': String(seconds(o.res.msBeforeNext)),
+  };
+}
+
+export class RateLimitService {
+  private readonly tenants = new Map<string, TenantEntry>();
+  private readonly limiters = new Map<string, { limiter: Limiter; insurance: Limiter | undefined }>();
+  private readonly redis: Redis | Cluster | undefined;
+  private readonly ownsRedis: boolean;
+  private readonly firstReady: Promise<void> | undefined;
+  private everReady = false;
+  private failures = 0;
+  private unloggedFailures = 0;
+  private lastFailureLogAt = 0;
+  private degraded = false;
+
+  private constructor(
+    private readonly cfg: RateLimitConfig,
+    private readonly log: Logger,
+    redis: Redis | Cluster | undefined,
+    ownsRedis: boolean,
+    private readonly failureLogIntervalMs: number,
+  ) {
+    this.redis = redis;
+    this.ownsRedis = ownsRedis;
+    if (redis) {
+      this.everReady = redis.status === 'ready';
+      this.firstReady = this.everReady
+        ? undefined
+        : new Promise<void>((resolve) => {
+            redis.once('ready', () => {
+              this.everReady = true;
+              resolve();
+            });
+          });
+    }
+  }
+
+  static create(cfg: RateLimitConfig, opts: RateLimitServiceOptions): RateLimitService {
+    const interval = opts.failureLogIntervalMs ?? 10_000;
+    if (!cfg.enabled || cfg.store === 'memory') {
+      return new RateLimitService(cfg, opts.log, undefined, false, interval);
+    }
+    if (opts.redis) return new RateLimitService(cfg, opts.log, opts.redis, false, interval);
+    if (!cfg.url) throw new Error('rate_limits.store is redis but rate_limits.url is not set');
+    const client = new Redis(cfg.url, { ...RATE_LIMIT_REDIS_OPTIONS, lazyConnect: false });
+    const service = new RateLimitService(cfg, opts.log, client, true, interval);
+    // Our own client: its connection errors are the store failures logged (rate-limited) on use;
+    // the listener keeps ioredis from printing each reconnect attempt.
+    client.on('error', () => {});
+    return service;
+  }
+
+  /** Counts the request on every matching rule; throws rate_limited (429) or rate_limit_unavailable (503). */
+  async check(subject: RateLimitSubject): Promise<RateLimitDecision> {
+    if (!this.cfg.enabled) return NO_HEADERS;
+    const candidates = this.rulesFor(subject.tenant, subject.route);
+    if (candidates.length === 0) return NO_HEADERS;
+
+    const facts = { route: subject.route, testTenant: subject.tenant.test, keyKind: subject.keyKind, legacy: subject.legacy };
+    const rules: CompiledRule[] = [];
+    const keys: string[] = [];
+    for (const rule of candidates) {
+      if (!ruleMatches(rule.match, facts)) continue;
+      const id = counterIdentity(rule.counter, subject);
+      if (id === undefined) continue; // the request carries nothing this rule counts by
+      rules.push(rule);
+      keys.push(`${subject.tenant.id}:${id}`);
+    }
+    if (rules.length === 0) return NO_HEADERS;
+
+    let outcomes = this.redis ? await this.consumeRedis(rules, keys) : await Promise.all(rules.map((r, i) => consume(r, r.limiter, keys[i])));
+
+    const failed = outcomes.some((o) => 'error' in o);
+    if (failed) {
+      this.noteStoreFailure(outcomes);
+      if (this.cfg.on_store_error === 'allow') {
+        outcomes = await Promise.all(
+          outcomes.map((o, i) => ('error' in o && o.rule.insurance ? consume(o.rule, o.rule.insurance, keys[i]) : o)),
+        );
+      }
+    } else if (this.degraded) {
+      this.noteStoreRecovered();
+    }
+    return this.decide(outcomes);
+  }
+
+  stats(): RateLimitStats {
+    return { storeFailures: this.failures };
+  }
+
+  async close(): Promise<void> {
+    this.tenants.clear();
+    this.limiters.clear();
+    if (this.redis && this.ownsRedis) this.redis.disconnect();
+  }
+
+  private decide(outcomes: Outcome[]): RateLimitDecision {
+    let over: { rule: CompiledRule; res: RateLimiterRes } | undefined;
+    let strictest: { rule: CompiledRule; res: RateLimiterRes } | undefined;
+    let storeError: unknown;
+    for (const o of outcomes) {
+      if ('error' in o) {
+        storeError ??= o.error;
+        continue;
+      }
+      if (o.over) {
+        if (!over || o.res.msBeforeNext > over.res.msBeforeNext) over = o;
+      } else if (
+        !strictest ||
+        o.res.remainingPoints < strictest.res.remainingPoints ||
+        (o.res.remainingPoints === strictest.res.remainingPoints && o.res.msBeforeNext > strictest.res.msBeforeNext)
+      ) {
+        strictest = o;
+      }
+    }
+    if (over) {
+      const retryAfter = Math.max(1, seconds(over.res.msBeforeNext));
+      const headers = { ...rateLimitHeaders(over), 'RateLimit-Remaining': '0', 'RateLimit-Reset': String(retryAfter), 'Retry-After': String(retryAfter) };
+      throw new ServiceError('rate_limited', {
+        headers,
+        detail: `Rate limit "${over.rule.name}" exceeded; retry after ${retryAfter} s`,
+      });
+    }
+    if (storeError !== undefined) throw new ServiceError('rate_limit_unavailable', { cause: storeError });
+    return strictest ? { headers: rateLimitHeaders(strictest) } : NO_HEADERS;
+  }
+
+  /** Redis consumes, bounded by timeout_ms as a whole; unfinished ones count as store failures. */
+  private async consumeRedis(rules: CompiledRule[], keys: string[]): Promise<Outcome[]> {
+    const timeoutMs = this.cfg.timeout_ms;
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<typeof TIMED_OUT>((resolve) => {
+      timer = setTimeout(resolve, timeoutMs, TIMED_OUT);
+    });
+    try {
+      // Before the first connection is up, give it (part of) the timeout instead of failing the
+      // first requests after start-up; once it has been up, a down connection fails at once.
+      if (!this.everReady && this.firstReady) {
+        if ((await Promise.race([this.firstReady, deadline])) === TIMED_OUT) {
+          return rules.map((rule) => ({ rule, error: TIMEOUT_ERROR }));
+        }
+      }
+      return await Promise.all(
+        rules.map((rule, i) =>
+          Promise.race([consume(rule, rule.limiter, keys[i]), deadline]).then(
+            (o): Outcome => (o === TIMED_OUT ? { rule, error: TIMEOUT_ERROR } : o),
+          ),
+        ),
+      );
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private rulesFor(tenant: RateLimitTenant, route: RouteGroup): CompiledRule[] {
+    let entry = this.tenants.get(tenant.id);
+    if (!entry || entry.tier !== tenant.rate_limit_tier || entry.custom !== tenant.custom_rate_limits || entry.test !== tenant.test) {
+      entry = { tier: tenant.rate_limit_tier, custom: tenant.custom_rate_limits, test: tenant.test, byRoute: new Map() };
+      this.tenants.set(tenant.id, entry);
+    }
+    let rules = entry.byRoute.get(route);
+    if (!rules) {
+      rules = resolveRules(entry.tier, entry.custom)
+        .filter((r) => r.match.routes.includes(route) && (!r.match.testTenant || entry.test))
+        .map((r) => this.compile(r));
+      entry.byRoute.set(route, rules);
+    }
+    return rules;
+  }
+
+  /** One limiter per (rule, effective limits), shared by every tenant with those limits. */
+  private compile(rule: EffectiveRule): CompiledRule {
+    const limits = this.redis ? this.wholeSeconds(rule) : rule.limits;
+    const blockSeconds = limits.mitigation.kind === 'block' ? limits.mitigation.blockSeconds : 0;
+    const id = `${rule.name}|${limits.points}|${limits.durationSeconds}|${blockSeconds}`;
+    let built = this.limiters.get(id);
+    if (!built) {
+      const base = {
+        keyPrefix: `${this.cfg.key_prefix}${rule.name}`,
+        points: limits.points,
+        duration: limits.durationSeconds,
+        blockDuration: blockSeconds,
+      };
+      built = this.redis
+        ? {
+            limiter: new RateLimiterRedis({ ...base, storeClient: this.redis, rejectIfRedisNotReady: true }),
+            insurance: this.cfg.on_store_error === 'allow' ? new RateLimiterMemory(base) : undefined,
+          }
+        : { limiter: new RateLimiterMemory(base), insurance: undefined };
+      this.limiters.set(id, built);
+    }
+    return { ...rule, limits, ...built };
+  }
+
+  /**
+   * RateLimiterRedis floors windows to whole seconds, and a window of 0 would never expire:
+   * round fractional windows up (at least 1 s) and say so once.
+   */
+  private wholeSeconds(rule: EffectiveRule): RuleLimits {
+    const up = (s: number): number => Math.max(1, Math.ceil(s));
+    const l = rule.limits;
+    const m = l.mitigation;
+    const fixed: RuleLimits = {
+      points: l.points,
+      durationSeconds: up(l.durationSeconds),
+      mitigation: m.kind === 'block' ? { kind: 'block', blockSeconds: up(m.blockSeconds) } : m,
+    };
+    if (fixed.durationSeconds !== l.durationSeconds || (m.kind === 'block' && fixed.mitigation.kind === 'block' && fixed.mitigation.blockSeconds !== m.blockSeconds)) {
+      this.log.warn({ rule: rule.name }, 'rate-limit windows on Redis are whole seconds; rounded up');
+    }
+    return fixed;
+  }
+
+  private noteStoreFailure(outcomes: Outcome[]): void {
+    this.failures++;
+    this.unloggedFailures++;
+    this.degraded = true;
+    const now = Date.now();
+    if (now - this.lastFailureLogAt < this.failureLogIntervalMs) return;
+    const first = outcomes.find((o): o is Extract<Outcome, { error: unknown }> => 'error' in o);
+    const err = first?.error;
+    this.log.warn(
+      {
+        event: 'rate_limit_store_error',
+        failures: this.unloggedFailures,
+        total_failures: this.failures,
+        on_store_error: this.cfg.on_store_error,
+        error: err instanceof Error ? err.message : String(err),
+      },
+      this.cfg.on_store_error === 'allow'
+        ? 'rate-limit store failed; counting on this instance only'
+        : 'rate-limit store failed; rejecting with 503',
+    );
+    this.lastFailureLogAt = now;
+    this.unloggedFailures = 0;
+  }
+
+  private noteStoreRecovered(): void {
+    this.degraded = false;
+    this.log.info(
+      { event: 'rate_limit_store_recovered', unlogged_failures: this.unloggedFailures, total_failures: this.failures },
+      'rate-limit store recovered',
+    );
+    this.unloggedFailures = 0;
+    this.lastFailureLogAt = 0;
+  }
+}
+
+function consume(rule: CompiledRule, limiter: Limiter, key: string): Promise<Outcome> {
+  return limiter.consume(key, 1).then(
+    (res) => ({ rule, res, over: false }),
+    (e: unknown) => (e instanceof RateLimiterRes ? { rule, res: e, over: true } : { rule, error: e }),
+  );
+}

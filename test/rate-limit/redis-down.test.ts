@@ -1,0 +1,152 @@
+/**
+ * Redis going away under a running RateLimitService: `reject` answers 503 fast, `allow` serves
+ * (counting on the instance) and logs once per interval; a hung Redis never holds a check past
+ * timeout_ms; when Redis is back the same service enforces shared limits again.
+ */
+import t from 'tap';
+import { spawnSync } from 'node:child_process';
+import { createServer, type Socket } from 'node:net';
+import { redisSkip, startRedis } from '../helpers/redis.js';
+import { RateLimitService, type RateLimitConfig } from '../../src/rate-limit/limiter.js';
+import { captureLog, expect429, rejection, sleep, tenantWith, type Subject } from './fixtures.js';
+
+const TIMEOUT_MS = 200;
+
+async function timed<T>(p: Promise<T>): Promise<[T | unknown, number]> {
+  const start = Date.now();
+  const r = await p.then((v) => v, (e: unknown) => e);
+  return [r, Date.now() - start];
+}
+
+const skip = redisSkip();
+if (skip) {
+  t.plan(0, skip);
+} else if (process.env.REDIS_URL) {
+  t.plan(0, 'needs a redis-server started by the helper (kill/restart)');
+} else {
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const cfg = (on_store_error: 'reject' | 'allow'): RateLimitConfig => ({
+    enabled: true,
+    store: 'redis',
+    url: redis.url,
+    key_prefix: `${redis.prefix}rl:`,
+    on_store_error,
+    timeout_ms: TIMEOUT_MS,
+  });
+
+  t.test('killed, then restarted', async (t) => {
+    const rejectLog = captureLog();
+    const allowLog = captureLog();
+    const rejecting = RateLimitService.create(cfg('reject'), { log: rejectLog.log });
+    t.teardown(() => rejecting.close());
+    const allowing = RateLimitService.create(cfg('allow'), { log: allowLog.log });
+    t.teardown(() => allowing.close());
+    const tenant = tenantWith({ private_key: { points: 3, duration_seconds: 1 } });
+    const s = (key: string): Subject => ({ tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: key, keyKind: 'private' });
+
+    await rejecting.check(s('r'));
+    await allowing.check(s('a'));
+
+    await redis.kill();
+
+    // reject: 503 rate_limit_unavailable, fast, every time, no crash.
+    for (let i = 0; i < 3; i++) {
+      const [e, ms] = await timed(rejection(rejecting.check(s('r'))));
+      t.match(e, { code: 'rate_limit_unavailable', status: 503 }, 'reject mode: 503');
+      t.ok(ms < TIMEOUT_MS + 300, `reject mode answered in ${ms} ms`);
+    }
+
+    // allow: served, counted per instance (the insurance limiter), so a flood is still stopped.
+    const insured = s('a2');
+    for (let i = 0; i < 3; i++) {
+      const [r, ms] = await timed(allowing.check(insured));
+      t.match(r, { headers: { 'RateLimit-Limit': '3' } }, 'allow mode: admitted');
+      t.ok(ms < TIMEOUT_MS + 300, `allow mode answered in ${ms} ms`);
+    }
+    await expect429(t, allowing.check(insured), 3, 1, 'allow mode: per-instance limit');
+
+    const logged = allowLog.lines.filter((l) => l.event === 'rate_limit_store_error');
+    t.equal(logged.length, 1, 'logged once per interval, not per request');
+    t.match(logged[0], { level: 40, on_store_error: 'allow', failures: 1 });
+    t.equal(allowing.stats().storeFailures, 4, 'every failure counted');
+    t.equal(rejecting.stats().storeFailures, 3);
+    t.equal(rejectLog.lines.filter((l) => l.event === 'rate_limit_store_error').length, 1);
+
+    await redis.restart();
+
+    // Same service objects: they recover on their own once ioredis has reconnected.
+    const deadline = Date.now() + 10_000;
+    let recovered = false;
+    while (!recovered && Date.now() < deadline) {
+      recovered = await rejecting.check(s('after')).then(() => true, () => false);
+      if (!recovered) await sleep(100);
+    }
+    t.ok(recovered, 'reject mode recovered without a restart');
+    await rejecting.check(s('after'));
+    await rejecting.check(s('after'));
+    await expect429(t, rejecting.check(s('after')), 3, 1, 'limits enforced again');
+    t.ok(rejectLog.lines.some((l) => l.event === 'rate_limit_store_recovered'), 'recovery logged');
+
+    // allow mode counts in Redis again: shared with the other instance.
+    while (Date.now() < deadline && !(await allowing.check(s('shared')).then(() => true, () => false))) await sleep(100);
+    const before = allowing.stats().storeFailures;
+    await rejecting.check(s('shared'));
+    await rejecting.check(s('shared'));
+    await expect429(t, allowing.check(s('shared')), 3, 1, 'allow mode shares counters again');
+    t.equal(allowing.stats().storeFailures, before, 'no failures after recovery');
+  });
+
+  t.test('a hung Redis (CLIENT PAUSE) never holds a check past timeout_ms', async (t) => {
+    const { log } = captureLog();
+    const rejecting = RateLimitService.create(cfg('reject'), { log });
+    t.teardown(() => rejecting.close());
+    const allowing = RateLimitService.create(cfg('allow'), { log });
+    t.teardown(() => allowing.close());
+    const tenant = tenantWith({ private_key: { points: 100, duration_seconds: 10 } });
+    const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
+    await rejecting.check(s);
+    await allowing.check(s);
+
+    const paused = spawnSync('redis-cli', ['-p', String(redis.port), 'CLIENT', 'PAUSE', '1500', 'ALL'], { encoding: 'utf8' });
+    t.equal(paused.stdout.trim(), 'OK');
+    const [e, ms1] = await timed(rejection(rejecting.check(s)));
+    t.match(e, { code: 'rate_limit_unavailable' });
+    t.ok(ms1 >= TIMEOUT_MS - 20 && ms1 < TIMEOUT_MS + 300, `reject mode gave up after ${ms1} ms`);
+    const [r, ms2] = await timed(allowing.check(s));
+    t.match(r, { headers: { 'RateLimit-Limit': '100' } });
+    t.ok(ms2 < TIMEOUT_MS + 300, `allow mode admitted after ${ms2} ms`);
+
+    await sleep(1600);
+    await rejecting.check(s);
+    t.pass('back once the pause ends');
+  });
+
+  t.test('a Redis that accepts but never answers: start-up checks time out too', async (t) => {
+    const sockets = new Set<Socket>();
+    const silent = createServer((sock) => {
+      sockets.add(sock);
+      sock.on('error', () => {});
+    });
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    t.teardown(() => {
+      for (const s of sockets) s.destroy();
+      silent.close();
+    });
+    const addr = silent.address();
+    const port = typeof addr === 'object' && addr ? addr.port : 0;
+    const { log } = captureLog();
+    const url = `redis://127.0.0.1:${port}`;
+    const rejecting = RateLimitService.create({ ...cfg('reject'), url }, { log });
+    t.teardown(() => rejecting.close());
+    const allowing = RateLimitService.create({ ...cfg('allow'), url }, { log });
+    t.teardown(() => allowing.close());
+    const tenant = tenantWith();
+    const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
+    const [e, ms] = await timed(rejection(rejecting.check(s)));
+    t.match(e, { code: 'rate_limit_unavailable' });
+    t.ok(ms < TIMEOUT_MS + 300, `gave up after ${ms} ms`);
+    const [r] = await timed(allowing.check(s));
+    t.match(r, { headers: { 'RateLimit-Limit': '1000' } });
+  });
+}

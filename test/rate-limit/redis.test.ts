@@ -1,0 +1,124 @@
+/**
+ * RateLimitService on a real redis-server: counters shared by several instances, block semantics,
+ * the shape of the keys. (Redis going down: redis-down.test.ts.)
+ */
+import t from 'tap';
+import { Redis } from 'ioredis';
+import { redisSkip, startRedis } from '../helpers/redis.js';
+import { RateLimitService, RATE_LIMIT_REDIS_OPTIONS, type RateLimitConfig } from '../../src/rate-limit/limiter.js';
+import { ServiceError } from '../../src/errors.js';
+import { captureLog, expect429, sleep, tenantWith, type Subject } from './fixtures.js';
+
+const skip = redisSkip();
+if (skip) {
+  t.plan(0, skip);
+} else {
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const cfg: RateLimitConfig = {
+    enabled: true,
+    store: 'redis',
+    url: redis.url,
+    key_prefix: `${redis.prefix}rl:`,
+    on_store_error: 'reject',
+    timeout_ms: 500,
+  };
+  const { log, lines } = captureLog();
+  const service = () => {
+    const s = RateLimitService.create(cfg, { log });
+    t.teardown(() => s.close());
+    return s;
+  };
+
+  t.test('two instances on one Redis admit exactly N, not 2N', async (t) => {
+    const a = service();
+    const b = service();
+    const tenant = tenantWith({ private_key: { points: 4, duration_seconds: 10 } });
+    const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'private' };
+    let admitted = 0;
+    for (let i = 0; i < 10; i++) {
+      try {
+        await (i % 2 === 0 ? a : b).check(s);
+        admitted++;
+      } catch (e) {
+        if (!(e instanceof ServiceError) || e.code !== 'rate_limited') throw e;
+      }
+    }
+    t.equal(admitted, 4, 'sequential, alternating');
+
+    // Concurrent: 30 checks in flight at once across both instances.
+    const s2: Subject = { ...s, apiKeyId: 'k2' };
+    const results = await Promise.allSettled(Array.from({ length: 30 }, (_, i) => (i % 2 ? a : b).check(s2)));
+    t.equal(results.filter((r) => r.status === 'fulfilled').length, 4, 'concurrent');
+    for (const r of results) if (r.status === 'rejected') t.equal((r.reason as ServiceError).code, 'rate_limited');
+  });
+
+  t.test('throttle on Redis: headers, 429, recovery after the window', async (t) => {
+    const a = service();
+    const b = service();
+    const tenant = tenantWith({ creating_tokens: { points: 2, duration_seconds: 1 } });
+    const s: Subject = { tenant, route: 'tokenize', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'private' };
+    t.same((await a.check(s)).headers, { 'RateLimit-Limit': '2', 'RateLimit-Remaining': '1', 'RateLimit-Reset': '1' });
+    t.same((await b.check(s)).headers['RateLimit-Remaining'], '0');
+    await expect429(t, a.check(s), 2, 1);
+    await sleep(1100);
+    t.equal((await b.check(s)).headers['RateLimit-Remaining'], '1', 'next window');
+  });
+
+  t.test('block on Redis: blocked on every instance for the block duration, past the window', async (t) => {
+    const a = service();
+    const b = service();
+    const tenant = tenantWith({ public_key: { points: 2, duration_seconds: 1, block_seconds: 2 } });
+    const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'public' };
+    await a.check(s);
+    await b.check(s);
+    const started = Date.now();
+    await expect429(t, a.check(s), 2, 2);
+    await sleep(1200);
+    await expect429(t, b.check(s), 2, 1, 'other instance, window passed, still blocked');
+    await sleep(2100 - (Date.now() - started));
+    t.equal((await a.check(s)).headers['RateLimit-Remaining'], '1', 'recovered');
+  });
+
+  t.test('fractional windows are rounded up to whole seconds on Redis', async (t) => {
+    const a = service();
+    const tenant = tenantWith({ private_key: { points: 1, duration_seconds: 0.2 } });
+    const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
+    t.equal((await a.check(s)).headers['RateLimit-Reset'], '1');
+    await expect429(t, a.check(s), 1, 1);
+    t.ok(lines.some((l) => l.msg === 'rate-limit windows on Redis are whole seconds; rounded up' && l.rule === 'private_key'));
+    await sleep(1050);
+    await a.check(s);
+  });
+
+  t.test('keys: prefix, rule, tenant, digest; never a raw key', async (t) => {
+    const a = service();
+    const tenant = tenantWith();
+    await a.check({ tenant, route: 'tokenize', clientIp: '192.0.2.7', apiKeyId: 'digest1', keyKind: 'public', legacy: true });
+    const client = new Redis(redis.url);
+    t.teardown(() => client.quit());
+    const keys = (await client.keys(`${redis.prefix}*`)).filter((k) => k.includes(tenant.id)).sort();
+    t.same(keys, [
+      `${redis.prefix}rl:creating_tokens:${tenant.id}:digest1|192.0.2.7`,
+      `${redis.prefix}rl:legacy_global:${tenant.id}:192.0.2.7`,
+      `${redis.prefix}rl:legacy_tokens_create:${tenant.id}:192.0.2.7`,
+      `${redis.prefix}rl:public_key:${tenant.id}:digest1|192.0.2.7`,
+    ]);
+  });
+
+  t.test('a shared client passed in is used and not closed', async (t) => {
+    const client = new Redis(redis.url, RATE_LIMIT_REDIS_OPTIONS);
+    t.teardown(() => client.quit());
+    const a = RateLimitService.create(cfg, { log, redis: client });
+    const tenant = tenantWith({ private_key: { points: 1, duration_seconds: 10 } });
+    const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
+    await a.check(s); // waits for the first connection instead of failing
+    await expect429(t, a.check(s), 1);
+    await a.close();
+    t.equal(await client.ping(), 'PONG');
+  });
+
+  t.test('store: redis without url or client is a start-up error', async (t) => {
+    t.throws(() => RateLimitService.create({ ...cfg, url: undefined }, { log }), /rate_limits.url/);
+  });
+}
