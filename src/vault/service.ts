@@ -8,6 +8,7 @@ import { grant, type Transform } from '../auth/access.js';
 import type { Principal } from '../auth/keys.js';
 import type { Permission } from '../config/schema.js';
 import { ServiceError, type FieldErrors } from '../errors.js';
+import { InvalidCursorError } from '../store/factory.js';
 import { DuplicateTokenError, StoreUnavailableError, type StoredToken, type TokenFilter, type TokenStore } from '../store/types.js';
 import type { CardData } from './card.js';
 import { at, type Definition } from './definition.js';
@@ -244,6 +245,7 @@ export class TokenService {
       return await fn();
     } catch (err) {
       if (err instanceof StoreUnavailableError) throw new ServiceError('store_unavailable', { cause: err });
+      if (err instanceof InvalidCursorError) throw new ServiceError('invalid_cursor', { detail: 'Pass the pagination.next value of a previous page as start' });
       throw err;
     }
   }
