@@ -1,0 +1,244 @@
+/**
+ * The key ring: envelope encryption and keyed digests.
+ *
+ * - Data keys (32 random bytes) seal values with AES-256-GCM. Each is stored in the token store
+ *   wrapped by a key derived from the master key, so the store never holds a usable key.
+ * - Sealed values are `v1.<kid>.<iv>.<ciphertext+tag>` (base64url). The header and the caller's
+ *   AAD (the vault passes `tenantId:tokenId`) are authenticated, so a ciphertext cannot be moved
+ *   to another token, tenant or key id. IVs are random 96-bit values: rotate well before 2^32
+ *   seals per data key (NIST SP 800-38D §8.3).
+ * - Fingerprints and search-index hashes are HMAC-SHA256 under per-tenant keys derived from the
+ *   master key with HKDF (RFC 5869), one `info` per purpose and tenant. They do not depend on the
+ *   data keys, so rotation never changes them.
+ */
+import { createCipheriv, createDecipheriv, createHmac, createSecretKey, hkdfSync, randomBytes, type KeyObject } from 'node:crypto';
+import type { TokenStore, WrappedDataKey } from '../store/types.js';
+import { MasterKeyMismatchError, SealedValueError, UnknownKeyError } from './errors.js';
+
+const SEAL_VERSION = 'v1';
+const WRAP_VERSION = 'w1';
+const KEY_BYTES = 32;
+const IV_BYTES = 12;
+const TAG_BYTES = 16;
+const HKDF_SALT = Buffer.from('tokenproxy/v1', 'utf8');
+const KID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
+const B64URL = /^[A-Za-z0-9_-]+$/;
+/** Tenants come from config, so this bounds memory only against misuse. */
+const MAX_CACHED_TENANT_KEYS = 10_000;
+
+type Purpose = 'fingerprint' | 'search-index';
+
+/** A short public identifier of a master key (HMAC of a constant): safe to log and to compare. */
+export function masterKeyId(master: Buffer | KeyObject): string {
+  return createHmac('sha256', master).update('tokenproxy/v1/master-key-id').digest('hex').slice(0, 16);
+}
+
+function derive(master: KeyObject, info: string): KeyObject {
+  if (Buffer.byteLength(info) > 1024) throw new Error('key derivation context is too long (tenant id over 1000 bytes?)');
+  return createSecretKey(Buffer.from(hkdfSync('sha256', master, HKDF_SALT, info, KEY_BYTES)));
+}
+
+function gcmSeal(key: KeyObject, plaintext: Buffer, aad: Buffer): string {
+  const iv = randomBytes(IV_BYTES);
+  const cipher = createCipheriv('aes-256-gcm', key, iv, { authTagLength: TAG_BYTES });
+  cipher.setAAD(aad);
+  const body = Buffer.concat([cipher.update(plaintext), cipher.final(), cipher.getAuthTag()]);
+  return `${iv.toString('base64url')}.${body.toString('base64url')}`;
+}
+
+/** null when the parts are malformed or authentication fails. */
+function gcmOpen(key: KeyObject, ivText: string, bodyText: string, aad: Buffer): Buffer | null {
+  if (!B64URL.test(ivText) || !B64URL.test(bodyText)) return null;
+  const iv = Buffer.from(ivText, 'base64url');
+  const body = Buffer.from(bodyText, 'base64url');
+  if (iv.length !== IV_BYTES || body.length < TAG_BYTES) return null;
+  const decipher = createDecipheriv('aes-256-gcm', key, iv, { authTagLength: TAG_BYTES });
+  decipher.setAAD(aad);
+  decipher.setAuthTag(body.subarray(body.length - TAG_BYTES));
+  try {
+    return Buffer.concat([decipher.update(body.subarray(0, body.length - TAG_BYTES)), decipher.final()]);
+  } catch {
+    return null;
+  }
+}
+
+function sealAad(kid: string, aad: string): Buffer {
+  return Buffer.from(`${SEAL_VERSION}.${kid}.${aad}`, 'utf8');
+}
+
+/** Kids are k1, k2, …: two instances creating "the next key" at once pick the same kid, so the
+ * store keeps one of them (addDataKey ignores a second kid) and both converge on it. */
+function nextKid(ring: WrappedDataKey[]): string {
+  let max = 0;
+  for (const k of ring) {
+    const m = /^k(\d{1,9})$/.exec(k.kid);
+    if (m) max = Math.max(max, Number(m[1]));
+  }
+  return `k${Math.max(max, ring.length) + 1}`;
+}
+
+export class KeyRing {
+  readonly #store: TokenStore;
+  readonly #master: KeyObject;
+  readonly #wrapKey: KeyObject;
+  readonly #masterId: string;
+  #keys = new Map<string, KeyObject>();
+  #active = '';
+  #tenantKeys = new Map<string, KeyObject>();
+  #refreshing: Promise<void> | null = null;
+
+  private constructor(master: Buffer, store: TokenStore) {
+    this.#store = store;
+    this.#master = createSecretKey(master);
+    this.#wrapKey = derive(this.#master, 'tokenproxy/v1/wrap');
+    this.#masterId = masterKeyId(this.#master);
+  }
+
+  /** Loads (or, on an empty store, creates) the data keys. Throws MasterKeyMismatchError when
+   * the store's keys were wrapped by another master key. */
+  static async open(master: Buffer, store: TokenStore): Promise<KeyRing> {
+    if (!Buffer.isBuffer(master) || master.length !== KEY_BYTES) throw new Error(`the master key must be ${KEY_BYTES} bytes`);
+    const ring = new KeyRing(master, store);
+    let wrapped = await store.listDataKeys();
+    if (wrapped.length === 0) wrapped = await store.addDataKey(ring.#wrap(nextKid(wrapped)));
+    ring.#load(wrapped);
+    return ring;
+  }
+
+  get activeKid(): string {
+    return this.#active;
+  }
+
+  get kids(): string[] {
+    return [...this.#keys.keys()];
+  }
+
+  get masterKeyId(): string {
+    return this.#masterId;
+  }
+
+  /** The kid a sealed value names, or null when it is not a sealed value. */
+  static kidOf(sealed: string): string | null {
+    const parts = sealed.split('.');
+    return parts.length === 4 && parts[0] === SEAL_VERSION && KID_PATTERN.test(parts[1]) ? parts[1] : null;
+  }
+
+  seal(plaintext: string, aad: string): string {
+    const kid = this.#active;
+    const key = this.#keys.get(kid);
+    if (!key) throw new Error('the key ring has no active data key');
+    return `${SEAL_VERSION}.${kid}.${gcmSeal(key, Buffer.from(plaintext, 'utf8'), sealAad(kid, aad))}`;
+  }
+
+  /** Throws SealedValueError (malformed, tampered, wrong AAD) or UnknownKeyError. */
+  unseal(sealed: string, aad: string): string {
+    const parts = sealed.split('.');
+    if (parts.length !== 4 || parts[0] !== SEAL_VERSION || !KID_PATTERN.test(parts[1])) {
+      throw new SealedValueError('malformed');
+    }
+    const [, kid, iv, body] = parts;
+    const key = this.#keys.get(kid);
+    if (!key) throw new UnknownKeyError(kid);
+    const plain = gcmOpen(key, iv, body, sealAad(kid, aad));
+    if (!plain) throw new SealedValueError('authentication_failed');
+    return plain.toString('utf8');
+  }
+
+  /** unseal, but first reloads the ring once when the value names a key another instance added. */
+  async unsealOrRefresh(sealed: string, aad: string): Promise<string> {
+    try {
+      return this.unseal(sealed, aad);
+    } catch (err) {
+      if (!(err instanceof UnknownKeyError)) throw err;
+      await this.refresh();
+      return this.unseal(sealed, aad);
+    }
+  }
+
+  /** Reloads the data keys from the store (concurrent calls share one load). */
+  async refresh(): Promise<void> {
+    if (!this.#refreshing) {
+      this.#refreshing = this.#store
+        .listDataKeys()
+        .then((wrapped) => this.#load(wrapped))
+        .finally(() => {
+          this.#refreshing = null;
+        });
+    }
+    return this.#refreshing;
+  }
+
+  /** Adds a new data key and makes it the active one; returns its kid. Old keys keep opening
+   * what they sealed. */
+  async rotate(): Promise<string> {
+    const current = await this.#store.listDataKeys();
+    this.#load(await this.#store.addDataKey(this.#wrap(nextKid(current))));
+    return this.#active;
+  }
+
+  /** Keyed digest of a token's fingerprint value, unique per tenant and type (hex). */
+  fingerprint(tenantId: string, type: string, value: string): string {
+    const typeBytes = Buffer.from(type, 'utf8');
+    const len = Buffer.alloc(4);
+    len.writeUInt32BE(typeBytes.length);
+    // Length-prefixed type, so ("a", "bc") and ("ab", "c") never collide.
+    return createHmac('sha256', this.#tenantKey('fingerprint', tenantId)).update(len).update(typeBytes).update(value, 'utf8').digest('hex');
+  }
+
+  /** Keyed digest of an evaluated search index, per tenant (hex). */
+  indexHash(tenantId: string, value: string): string {
+    return createHmac('sha256', this.#tenantKey('search-index', tenantId)).update(value, 'utf8').digest('hex');
+  }
+
+  toJSON(): { activeKid: string; kids: string[]; masterKeyId: string } {
+    return { activeKid: this.#active, kids: this.kids, masterKeyId: this.#masterId };
+  }
+
+  [Symbol.for('nodejs.util.inspect.custom')](): string {
+    return `KeyRing ${JSON.stringify(this.toJSON())}`;
+  }
+
+  #tenantKey(purpose: Purpose, tenantId: string): KeyObject {
+    const cacheKey = `${purpose}\0${tenantId}`;
+    let key = this.#tenantKeys.get(cacheKey);
+    if (!key) {
+      if (this.#tenantKeys.size >= MAX_CACHED_TENANT_KEYS) this.#tenantKeys.clear();
+      key = derive(this.#master, `tokenproxy/v1/${purpose}\0${tenantId}`);
+      this.#tenantKeys.set(cacheKey, key);
+    }
+    return key;
+  }
+
+  #wrap(kid: string): WrappedDataKey {
+    const aad = Buffer.from(`${WRAP_VERSION}.${this.#masterId}.${kid}`, 'utf8');
+    const wrapped = `${WRAP_VERSION}.${this.#masterId}.${gcmSeal(this.#wrapKey, randomBytes(KEY_BYTES), aad)}`;
+    return { kid, wrapped, created_at: new Date().toISOString() };
+  }
+
+  #unwrap(key: WrappedDataKey): KeyObject {
+    const parts = key.wrapped.split('.');
+    if (!KID_PATTERN.test(key.kid) || parts.length !== 4 || parts[0] !== WRAP_VERSION) {
+      throw new Error(`data key ${JSON.stringify(key.kid)} in the store is malformed`);
+    }
+    const [, wrappedBy, iv, body] = parts;
+    if (wrappedBy !== this.#masterId) {
+      throw new MasterKeyMismatchError(
+        `the master key does not match the store: data key ${key.kid} was wrapped by master key ${wrappedBy}, this master key is ${this.#masterId}`,
+      );
+    }
+    const plain = gcmOpen(this.#wrapKey, iv, body, Buffer.from(`${WRAP_VERSION}.${wrappedBy}.${key.kid}`, 'utf8'));
+    if (!plain || plain.length !== KEY_BYTES) {
+      throw new MasterKeyMismatchError(`the master key does not match the store: data key ${key.kid} cannot be unwrapped (wrong master key or a corrupt key record)`);
+    }
+    return createSecretKey(plain);
+  }
+
+  /** Unwraps every key before swapping, so a failure leaves the ring as it was. */
+  #load(wrapped: WrappedDataKey[]): void {
+    if (wrapped.length === 0) throw new Error('the store holds no data keys');
+    const keys = new Map<string, KeyObject>();
+    for (const w of wrapped) keys.set(w.kid, this.#unwrap(w));
+    this.#keys = keys;
+    this.#active = wrapped[wrapped.length - 1].kid;
+  }
+}

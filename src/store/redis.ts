@@ -1,0 +1,408 @@
+/**
+ * The Redis token store, shared by many tokenproxy instances (ioredis).
+ *
+ * DURABILITY: run Redis with `appendonly yes` and `appendfsync always`. A resolved insert then
+ * survives a tokenproxy kill -9 (Redis already has it) AND a Redis crash: with `always` Redis
+ * fsyncs the AOF before it replies. With the default `everysec` a Redis crash can lose the last
+ * second of tokens that clients already hold. Replicas do not change this (replication is async).
+ *
+ * Layout (P = key_prefix, T = tenant, every component URI-encoded so ':' never appears inside one):
+ *   P t:T:rec:<id>     hash {r: record JSON without cvc, k: JSON list of its index zsets, s: seq, e: expires ms}
+ *   P t:T:cvc:<id>     the cvc ciphertext, PEXPIREAT cvc_expires_at (Redis drops it by itself)
+ *   P t:T:seq          per-tenant sequence (INCR); zset scores, newest-first cursors
+ *   P t:T:all | type:<type> | fp:<fingerprint> | md:<key>:<value> | ix:<hash>   zsets id → seq
+ *   P cvc:due          zset cvc key → cvc expiry ms (purgeCvc)
+ *   P dk, P dk:order   data keys: hash kid → JSON, list of kids oldest first
+ * Writes are Lua scripts, so a batch and its index entries appear atomically and search serves
+ * them at once. Scripts touch keys they compute; on Redis Cluster use a hash-tagged prefix such
+ * as `{tp}:` so every key lives in one slot.
+ */
+import { createHash } from 'node:crypto';
+import { Redis, type ChainableCommander } from 'ioredis';
+import type { Logger } from '../log.js';
+import type { Page, PageResult, StoredToken, TokenFilter, TokenStore, WrappedDataKey } from './types.js';
+import { DuplicateTokenError, StoreUnavailableError } from './types.js';
+import { checkPage, cvcVisible, decodeCursor, decodeDataKey, decodeRecord, encodeCursor, encodeRecord, InvalidCursorError, isLive, timeMs } from './embedded.js';
+
+const INSERT = `
+local batch = cjson.decode(ARGV[1])
+local seen = {}
+for i = 1, #batch do
+  local b = batch[i]
+  if seen[b.key] or redis.call('EXISTS', b.key) == 1 then return b.id end
+  seen[b.key] = true
+end
+for i = 1, #batch do
+  local b = batch[i]
+  local seq = redis.call('INCR', b.seq)
+  redis.call('HSET', b.key, 'r', b.r, 'k', b.k, 's', seq, 'e', b.e)
+  for _, z in ipairs(cjson.decode(b.k)) do redis.call('ZADD', z, seq, b.id) end
+  if b.cvc then
+    redis.call('SET', b.cvcKey, b.cvc)
+    if b.exp then
+      redis.call('ZADD', KEYS[1], b.exp, b.cvcKey)
+      redis.call('PEXPIREAT', b.cvcKey, b.exp)
+    end
+  end
+end
+return false`;
+
+const UPDATE = `
+local b = cjson.decode(ARGV[1])
+local old = redis.call('HMGET', b.key, 'k', 's', 'e')
+if not old[1] or (old[3] ~= '' and tonumber(old[3]) <= tonumber(ARGV[2])) then return 0 end
+for _, z in ipairs(cjson.decode(old[1])) do redis.call('ZREM', z, b.id) end
+for _, z in ipairs(cjson.decode(b.k)) do redis.call('ZADD', z, old[2], b.id) end
+redis.call('HSET', b.key, 'r', b.r, 'k', b.k, 'e', b.e)
+redis.call('ZREM', KEYS[1], b.cvcKey)
+redis.call('DEL', b.cvcKey)
+if b.cvc then
+  redis.call('SET', b.cvcKey, b.cvc)
+  if b.exp then
+    redis.call('ZADD', KEYS[1], b.exp, b.cvcKey)
+    redis.call('PEXPIREAT', b.cvcKey, b.exp)
+  end
+end
+return 1`;
+
+const DELETE = `
+local old = redis.call('HMGET', KEYS[1], 'k', 'e')
+if not old[1] then return 0 end
+for _, z in ipairs(cjson.decode(old[1])) do redis.call('ZREM', z, ARGV[1]) end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('ZREM', KEYS[3], KEYS[2])
+if old[2] ~= '' and tonumber(old[2]) <= tonumber(ARGV[2]) then return 2 end
+return 1`;
+
+const PURGE_CVC = `
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+if #due == 0 then return 0 end
+redis.call('DEL', unpack(due))
+redis.call('ZREM', KEYS[1], unpack(due))
+return #due`;
+
+const ADD_KEY = `
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then redis.call('RPUSH', KEYS[2], ARGV[1]) end
+local kids = redis.call('LRANGE', KEYS[2], 0, -1)
+if #kids == 0 then return {} end
+return redis.call('HMGET', KEYS[1], unpack(kids))`;
+
+const LIST_KEYS = `
+local kids = redis.call('LRANGE', KEYS[2], 0, -1)
+if #kids == 0 then return {} end
+return redis.call('HMGET', KEYS[1], unpack(kids))`;
+
+const PURGE_BATCH = 500;
+
+interface Found {
+  record: StoredToken;
+  seq: number;
+}
+
+export interface RedisStoreOptions {
+  url: string;
+  keyPrefix: string;
+  /** Per command, including time spent waiting for a reconnect (default 1500 ms). */
+  commandTimeoutMs?: number;
+  connectTimeoutMs?: number;
+  log?: Logger;
+}
+
+const enc = encodeURIComponent;
+
+/** Never carries the command's arguments (ioredis attaches them to reply errors). */
+function sanitize(err: unknown): Error {
+  const safe = new Error(err instanceof Error ? err.message.slice(0, 200) : 'unknown error');
+  safe.name = err instanceof Error ? err.name : 'Error';
+  return safe;
+}
+
+function matches(r: StoredToken, f: TokenFilter): boolean {
+  if (f.type !== undefined && r.type !== f.type) return false;
+  if (f.container !== undefined && !r.container.startsWith(f.container)) return false;
+  if (f.fingerprint !== undefined && r.fingerprint !== f.fingerprint) return false;
+  for (const [k, v] of Object.entries(f.metadata ?? {})) if (!Object.hasOwn(r.metadata, k) || r.metadata[k] !== v) return false;
+  for (const h of f.index_hashes ?? []) if (!r.index_hashes.includes(h)) return false;
+  if (f.ids && !f.ids.includes(r.id)) return false;
+  return true;
+}
+
+export class RedisStore implements TokenStore {
+  readonly kind = 'redis' as const;
+  readonly #client: Redis;
+  readonly #p: string;
+  readonly #scripts = new Map<string, string>();
+
+  private constructor(client: Redis, prefix: string) {
+    this.#client = client;
+    this.#p = prefix;
+  }
+
+  /** Connects (failing fast with StoreUnavailableError when Redis does not answer). */
+  static async connect(opts: RedisStoreOptions): Promise<RedisStore> {
+    const client = new Redis(opts.url, {
+      lazyConnect: true,
+      connectTimeout: opts.connectTimeoutMs ?? 2000,
+      commandTimeout: opts.commandTimeoutMs ?? 1500,
+      // 0: a command whose connection drops fails instead of being re-sent after a reconnect
+      // (a re-sent insert script that had already run would report its own ids as duplicates).
+      maxRetriesPerRequest: 0,
+      // Queued while reconnecting, bounded by commandTimeout, so a blip is absorbed, an outage is not.
+      enableOfflineQueue: true,
+      retryStrategy: (times: number) => Math.min(times * 100, 1000),
+    });
+    let down = false;
+    client.on('error', (err: unknown) => {
+      if (down) return;
+      down = true; // once per outage, not once per reconnect attempt
+      opts.log?.warn({ err: sanitize(err) }, 'redis token store connection error');
+    });
+    client.on('ready', () => {
+      if (down) opts.log?.info('redis token store reconnected');
+      down = false;
+    });
+    try {
+      await client.connect();
+    } catch (err) {
+      client.disconnect();
+      throw new StoreUnavailableError('cannot connect to the Redis token store', { cause: sanitize(err) });
+    }
+    return new RedisStore(client, opts.keyPrefix);
+  }
+
+  async insertMany(records: StoredToken[]): Promise<void> {
+    if (records.length === 0) return;
+    const batch = records.map((r) => ({ ...this.#payload(r), seq: this.#t(r.tenant_id, 'seq') }));
+    const dup = await this.#eval(INSERT, [this.#cvcDue()], [JSON.stringify(batch)]);
+    if (typeof dup === 'string') throw new DuplicateTokenError(dup);
+  }
+
+  async get(tenantId: string, id: string): Promise<StoredToken | null> {
+    return (await this.getMany(tenantId, [id]))[0] ?? null;
+  }
+
+  async getMany(tenantId: string, ids: string[]): Promise<StoredToken[]> {
+    return this.#fetch(tenantId, [...new Set(ids)], Date.now());
+  }
+
+  async update(record: StoredToken): Promise<boolean> {
+    const payload = JSON.stringify(this.#payload(record));
+    return (await this.#eval(UPDATE, [this.#cvcDue()], [payload, String(Date.now())])) === 1;
+  }
+
+  async delete(tenantId: string, id: string): Promise<boolean> {
+    const keys = [this.#t(tenantId, 'rec', id), this.#t(tenantId, 'cvc', id), this.#cvcDue()];
+    return (await this.#eval(DELETE, keys, [id, String(Date.now())])) === 1;
+  }
+
+  async findByFingerprint(tenantId: string, type: string, fingerprint: string): Promise<StoredToken | null> {
+    const key = this.#t(tenantId, 'fp', fingerprint);
+    let min = '-inf';
+    for (;;) {
+      const now = Date.now();
+      const page = await this.#call(() => this.#client.zrangebyscore(key, min, '+inf', 'WITHSCORES', 'LIMIT', 0, 50));
+      const ids = page.filter((_, i) => i % 2 === 0);
+      const found = (await this.#fetch(tenantId, ids, now)).find((r) => r.type === type);
+      if (found) return found;
+      if (ids.length < 50) return null;
+      min = `(${page[page.length - 1]}`;
+    }
+  }
+
+  async list(tenantId: string, filter: TokenFilter, page: Page): Promise<PageResult> {
+    checkPage(page);
+    if (filter.ids && filter.ids.length === 0) return { items: [], next: null };
+    let max = page.after === null ? '+inf' : `(${decodeCursor(page.after)}`;
+    const now = Date.now();
+    const hits: Found[] = [];
+    const keep = (found: Found | null): void => {
+      if (found && isLive(timeMs(found.record.expires_at, 'expires_at'), now) && matches(found.record, filter)) hits.push(found);
+    };
+    if (filter.ids) {
+      // An id list is its own index: fetch those records, newest first, below the cursor.
+      const after = page.after === null ? Infinity : decodeCursor(page.after);
+      (await this.#records(tenantId, [...new Set(filter.ids)])).forEach((f) => f && f.seq < after && keep(f));
+      hits.sort((a, b) => b.seq - a.seq);
+    } else {
+      const driver = await this.#driver(tenantId, filter);
+      const batch = Math.min(Math.max(page.size * 2, 50), 500);
+      while (hits.length <= page.size) {
+        const chunk = await this.#call(() => this.#client.zrevrangebyscore(driver, max, '-inf', 'WITHSCORES', 'LIMIT', 0, batch));
+        const ids = chunk.filter((_, i) => i % 2 === 0);
+        (await this.#records(tenantId, ids)).forEach(keep);
+        if (ids.length < batch) break;
+        max = `(${chunk[chunk.length - 1]}`;
+      }
+    }
+    const shown = hits.slice(0, page.size);
+    const cvcs = await this.#cvcs(shown.map((h) => h.record), now);
+    const items = shown.map((h, i) => ({ ...h.record, cvc_sealed: cvcs[i] }));
+    return { items, next: hits.length > page.size ? encodeCursor(shown[shown.length - 1].seq) : null };
+  }
+
+  async purgeCvc(now: Date): Promise<number> {
+    const ms = now.getTime();
+    if (!Number.isFinite(ms)) throw new TypeError('purgeCvc: invalid date');
+    let total = 0;
+    for (;;) {
+      const n = Number(await this.#eval(PURGE_CVC, [this.#cvcDue()], [String(ms), String(PURGE_BATCH)]));
+      total += n;
+      if (n < PURGE_BATCH) return total;
+    }
+  }
+
+  async listDataKeys(): Promise<WrappedDataKey[]> {
+    return this.#decodeKeys(await this.#eval(LIST_KEYS, [`${this.#p}dk`, `${this.#p}dk:order`], []));
+  }
+
+  async addDataKey(key: WrappedDataKey): Promise<WrappedDataKey[]> {
+    const value = JSON.stringify({ kid: key.kid, wrapped: key.wrapped, created_at: key.created_at });
+    return this.#decodeKeys(await this.#eval(ADD_KEY, [`${this.#p}dk`, `${this.#p}dk:order`], [key.kid, value]));
+  }
+
+  async ping(): Promise<void> {
+    await this.#call(() => this.#client.ping());
+  }
+
+  async close(): Promise<void> {
+    if (this.#client.status === 'ready') {
+      try {
+        await this.#client.quit();
+        return;
+      } catch {
+        // fall through: drop the connection
+      }
+    }
+    this.#client.disconnect();
+  }
+
+  #t(tenantId: string, ...parts: string[]): string {
+    return `${this.#p}t:${enc(tenantId)}:${parts.map(enc).join(':')}`;
+  }
+
+  #cvcDue(): string {
+    return `${this.#p}cvc:due`;
+  }
+
+  /** What the write scripts need for one record; index zsets are computed here, not in Lua. */
+  #payload(r: StoredToken) {
+    const zsets = [this.#t(r.tenant_id, 'all'), this.#t(r.tenant_id, 'type', r.type)];
+    if (r.fingerprint !== null) zsets.push(this.#t(r.tenant_id, 'fp', r.fingerprint));
+    for (const [k, v] of Object.entries(r.metadata)) zsets.push(this.#t(r.tenant_id, 'md', k, v));
+    for (const h of new Set(r.index_hashes)) zsets.push(this.#t(r.tenant_id, 'ix', h));
+    const expires = timeMs(r.expires_at, 'expires_at');
+    const cvcExp = timeMs(r.cvc_expires_at, 'cvc_expires_at');
+    return {
+      key: this.#t(r.tenant_id, 'rec', r.id),
+      id: r.id,
+      r: encodeRecord(r),
+      k: JSON.stringify(zsets),
+      e: expires === null ? '' : String(expires),
+      cvcKey: this.#t(r.tenant_id, 'cvc', r.id),
+      cvc: r.cvc_sealed ?? undefined,
+      exp: cvcExp === null ? undefined : String(cvcExp),
+    };
+  }
+
+  /** The smallest index zset that every match must be in (the rest is checked per record). */
+  async #driver(tenantId: string, f: TokenFilter): Promise<string> {
+    const candidates = [this.#t(tenantId, 'all')];
+    if (f.type !== undefined) candidates.push(this.#t(tenantId, 'type', f.type));
+    if (f.fingerprint !== undefined) candidates.push(this.#t(tenantId, 'fp', f.fingerprint));
+    for (const [k, v] of Object.entries(f.metadata ?? {})) candidates.push(this.#t(tenantId, 'md', k, v));
+    for (const h of f.index_hashes ?? []) candidates.push(this.#t(tenantId, 'ix', h));
+    if (candidates.length === 1) return candidates[0];
+    const sizes = await this.#pipeline((p) => candidates.forEach((k) => p.zcard(k)));
+    let best = 0;
+    sizes.forEach((n, i) => {
+      if (Number(n) < Number(sizes[best])) best = i;
+    });
+    return candidates[best];
+  }
+
+  /** Records (and their sequence numbers) by id, null where missing; expiry is not checked. */
+  async #records(tenantId: string, ids: string[]): Promise<(Found | null)[]> {
+    if (ids.length === 0) return [];
+    const raw = await this.#pipeline((p) => ids.forEach((id) => p.hmget(this.#t(tenantId, 'rec', id), 'r', 's')));
+    return raw.map((v) => {
+      if (!Array.isArray(v) || typeof v[0] !== 'string') return null;
+      return { record: decodeRecord(v[0], null), seq: Number(v[1]) };
+    });
+  }
+
+  async #cvcs(records: StoredToken[], now: number): Promise<(string | null)[]> {
+    const withCvc = records.map((r) => cvcVisible(timeMs(r.cvc_expires_at, 'cvc_expires_at'), now));
+    if (!withCvc.includes(true)) return records.map(() => null);
+    const raw = await this.#pipeline((p) => records.forEach((r) => p.get(this.#t(r.tenant_id, 'cvc', r.id))));
+    return raw.map((v, i) => (withCvc[i] && typeof v === 'string' ? v : null));
+  }
+
+  /** Live records by id, in the order given. */
+  async #fetch(tenantId: string, ids: string[], now: number): Promise<StoredToken[]> {
+    const live: StoredToken[] = [];
+    for (const f of await this.#records(tenantId, ids)) {
+      if (f && isLive(timeMs(f.record.expires_at, 'expires_at'), now)) live.push(f.record);
+    }
+    const cvcs = await this.#cvcs(live, now);
+    return live.map((r, i) => ({ ...r, cvc_sealed: cvcs[i] }));
+  }
+
+  #decodeKeys(raw: unknown): WrappedDataKey[] {
+    if (!Array.isArray(raw)) throw new StoreUnavailableError('a stored data key list is corrupt');
+    return raw.map((v: unknown) => {
+      if (typeof v !== 'string') throw new StoreUnavailableError('a stored data key is corrupt');
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(v);
+      } catch {
+        throw new StoreUnavailableError('a stored data key is corrupt');
+      }
+      return decodeDataKey(parsed);
+    });
+  }
+
+  async #pipeline(build: (p: ChainableCommander) => void): Promise<unknown[]> {
+    const p = this.#client.pipeline();
+    build(p);
+    const results = await this.#call(() => p.exec());
+    if (!results) throw new StoreUnavailableError('the Redis token store aborted a pipeline');
+    return results.map(([err, value]) => {
+      if (err) throw this.#mapError(err);
+      return value;
+    });
+  }
+
+  /** EVALSHA, falling back to EVAL once when the server has not cached the script (NOSCRIPT). */
+  async #eval(script: string, keys: string[], args: string[]): Promise<unknown> {
+    let sha = this.#scripts.get(script);
+    if (!sha) this.#scripts.set(script, (sha = createHash('sha1').update(script).digest('hex')));
+    const evalsha = sha;
+    return this.#call(async () => {
+      try {
+        return await this.#client.evalsha(evalsha, keys.length, ...keys, ...args);
+      } catch (err) {
+        if (!(err instanceof Error && err.message.startsWith('NOSCRIPT'))) throw err;
+        return this.#client.eval(script, keys.length, ...keys, ...args);
+      }
+    });
+  }
+
+  async #call<T>(fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      throw this.#mapError(err);
+    }
+  }
+
+  #mapError(err: unknown): Error {
+    if (err instanceof DuplicateTokenError || err instanceof InvalidCursorError || err instanceof StoreUnavailableError) return err;
+    const message = err instanceof Error ? err.message : '';
+    if (err instanceof Error && err.name === 'ReplyError') {
+      const kind = /^[A-Z]+/.exec(message)?.[0] ?? 'ERR';
+      return new StoreUnavailableError(`the Redis token store refused the command (${kind})`, { cause: sanitize(err) });
+    }
+    if (/timed out/i.test(message)) return new StoreUnavailableError('the Redis token store did not answer in time', { cause: sanitize(err) });
+    return new StoreUnavailableError('the Redis token store is unavailable', { cause: sanitize(err) });
+  }
+}

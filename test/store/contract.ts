@@ -1,0 +1,259 @@
+/**
+ * The TokenStore contract: run against every implementation (embedded.test.ts, redis.test.ts).
+ * `makeStore(t)` returns a fresh, empty store and registers its own teardown on `t`.
+ */
+import type { Test } from 'tap';
+import { randomUUID } from 'node:crypto';
+import { DuplicateTokenError, StoreUnavailableError, type StoredToken, type TokenFilter, type TokenStore } from '../../src/store/types.js';
+import { InvalidCursorError } from '../../src/store/factory.js';
+
+export type MakeStore = (t: Test) => Promise<TokenStore>;
+
+export const TENANT_A = '11111111-1111-4111-8111-111111111111';
+export const TENANT_B = '22222222-2222-4222-8222-222222222222';
+const HOUR = 3_600_000;
+const iso = (offsetMs: number): string => new Date(Date.now() + offsetMs).toISOString();
+
+let counter = 0;
+export function makeRecord(over: Partial<StoredToken> = {}): StoredToken {
+  counter++;
+  return {
+    tenant_id: TENANT_A, id: `tok-${counter}-${randomUUID()}`, type: 'token', container: '/general/high/',
+    sealed: `v1.k1.sealed-${counter}`, cvc_sealed: null, cvc_expires_at: null, metadata: {}, search_indexes: [],
+    index_hashes: [], fingerprint: null, fingerprint_expression: null, mask: null, created_by: 'app-1',
+    created_at: new Date().toISOString(), modified_by: null, modified_at: null, expires_at: null, ...over,
+  };
+}
+
+async function caught(p: Promise<unknown>): Promise<unknown> {
+  return p.then(() => null, (err: unknown) => err);
+}
+
+async function ids(store: TokenStore, filter: TokenFilter, tenant = TENANT_A): Promise<string[]> {
+  return (await store.list(tenant, filter, { size: 100, after: null })).items.map((r) => r.id);
+}
+
+export function runContract(t: Test, makeStore: MakeStore): void {
+  t.test('insertMany then get / getMany return the records as written', async (t) => {
+    const s = await makeStore(t);
+    const card = makeRecord({
+      type: 'card', container: '/pci/high/', cvc_sealed: 'v1.k1.cvc', cvc_expires_at: iso(HOUR), metadata: { 'a:b': 'c=d', ü: 'ñ' },
+      search_indexes: ['{{ data.number | last4 }}'], index_hashes: ['h1'], fingerprint: 'fp1', fingerprint_expression: '{{ data.number }}',
+      mask: '{{ data.number | reveal_last: 4 }}', expires_at: iso(HOUR), id: 'custom:id/with spaces',
+    });
+    const plain = makeRecord();
+    await s.insertMany([card, plain]);
+    t.same(await s.get(TENANT_A, card.id), card);
+    t.same(await s.get(TENANT_A, plain.id), plain);
+    t.equal(await s.get(TENANT_A, 'missing'), null);
+    t.same((await s.getMany(TENANT_A, [plain.id, 'missing', card.id, plain.id])).map((r) => r.id), [plain.id, card.id], 'input order, missing dropped');
+    t.same(await s.getMany(TENANT_A, []), []);
+    await s.insertMany([]);
+  });
+
+  t.test('insertMany is all or nothing', async (t) => {
+    const s = await makeStore(t);
+    const existing = makeRecord();
+    await s.insertMany([existing]);
+    const a = makeRecord();
+    const b = makeRecord();
+    const inBatch = await caught(s.insertMany([a, b, { ...makeRecord(), id: a.id }]));
+    t.ok(inBatch instanceof DuplicateTokenError, 'duplicate inside the batch');
+    t.equal(inBatch instanceof DuplicateTokenError && inBatch.id, a.id);
+    const c = makeRecord();
+    const vsStored = await caught(s.insertMany([c, { ...makeRecord(), id: existing.id }]));
+    t.ok(vsStored instanceof DuplicateTokenError, 'duplicate of a stored id');
+    t.equal(vsStored instanceof DuplicateTokenError && vsStored.id, existing.id);
+    t.equal(await s.get(TENANT_A, a.id), null);
+    t.equal(await s.get(TENANT_A, c.id), null);
+    t.same(await ids(s, {}), [existing.id], 'only the first record exists');
+    t.same(await s.get(TENANT_A, existing.id), existing, 'the stored record was not overwritten');
+  });
+
+  t.test('update replaces the record and its indexes, keeps its position', async (t) => {
+    const s = await makeStore(t);
+    const first = makeRecord({ metadata: { k: 'old' }, index_hashes: ['old'], fingerprint: 'fp-old' });
+    const second = makeRecord();
+    await s.insertMany([first, second]);
+    const changed = { ...first, metadata: { k: 'new' }, index_hashes: ['new'], fingerprint: 'fp-new', modified_by: 'app-2', modified_at: iso(0) };
+    t.equal(await s.update(changed), true);
+    t.same(await s.get(TENANT_A, first.id), changed);
+    t.same(await ids(s, { metadata: { k: 'old' } }), []);
+    t.same(await ids(s, { metadata: { k: 'new' } }), [first.id]);
+    t.same(await ids(s, { index_hashes: ['old'] }), []);
+    t.same(await ids(s, { index_hashes: ['new'] }), [first.id]);
+    t.equal(await s.findByFingerprint(TENANT_A, 'token', 'fp-old'), null);
+    t.equal((await s.findByFingerprint(TENANT_A, 'token', 'fp-new'))?.id, first.id);
+    t.same(await ids(s, {}), [second.id, first.id], 'order by creation, not by update');
+    t.equal(await s.update(makeRecord()), false, 'missing id');
+    t.equal(await s.update({ ...changed, tenant_id: TENANT_B }), false, 'other tenant');
+  });
+
+  t.test('delete removes the record and its index entries', async (t) => {
+    const s = await makeStore(t);
+    const r = makeRecord({ metadata: { m: '1' }, index_hashes: ['h'], fingerprint: 'fp', cvc_sealed: 'c', cvc_expires_at: iso(HOUR) });
+    await s.insertMany([r]);
+    t.equal(await s.delete(TENANT_B, r.id), false, 'other tenant cannot delete it');
+    t.equal(await s.delete(TENANT_A, r.id), true);
+    t.equal(await s.get(TENANT_A, r.id), null);
+    t.same(await ids(s, { metadata: { m: '1' } }), []);
+    t.same(await ids(s, { index_hashes: ['h'] }), []);
+    t.equal(await s.findByFingerprint(TENANT_A, 'token', 'fp'), null);
+    t.equal(await s.purgeCvc(new Date(Date.now() + 2 * HOUR)), 0, 'its cvc is gone too');
+    t.equal(await s.delete(TENANT_A, r.id), false, 'second delete');
+    await s.insertMany([r]);
+    t.same(await s.get(TENANT_A, r.id), r, 'the id can be used again');
+  });
+
+  t.test('tenants are isolated', async (t) => {
+    const s = await makeStore(t);
+    const a = makeRecord({ id: 'shared-id', fingerprint: 'fp', index_hashes: ['h'], metadata: { m: 'v' } });
+    const b = { ...a, tenant_id: TENANT_B, sealed: 'v1.k1.other' };
+    await s.insertMany([a]);
+    await s.insertMany([b]);
+    t.same(await s.get(TENANT_A, 'shared-id'), a);
+    t.same(await s.get(TENANT_B, 'shared-id'), b);
+    t.same(await ids(s, {}, TENANT_B), ['shared-id']);
+    t.equal((await s.findByFingerprint(TENANT_B, 'token', 'fp'))?.sealed, 'v1.k1.other');
+    t.equal(await s.delete(TENANT_A, 'shared-id'), true);
+    t.same(await s.get(TENANT_B, 'shared-id'), b, 'B untouched by A');
+    t.same(await ids(s, { index_hashes: ['h'], metadata: { m: 'v' } }, TENANT_B), ['shared-id']);
+    t.same(await ids(s, {}, TENANT_A), []);
+  });
+
+  t.test('every filter', async (t) => {
+    const s = await makeStore(t);
+    const r1 = makeRecord({ type: 'card', container: '/pci/high/', fingerprint: 'f1', metadata: { a: '1', b: '2' }, index_hashes: ['x', 'y'] });
+    const r2 = makeRecord({ type: 'token', container: '/pci/low/', fingerprint: 'f2', metadata: { a: '1' }, index_hashes: ['x'] });
+    const r3 = makeRecord({ type: 'token', container: '/pcidss/', metadata: { a: '10' }, index_hashes: ['y', 'y'] });
+    await s.insertMany([r1, r2, r3]);
+    t.same(await ids(s, {}), [r3.id, r2.id, r1.id], 'newest first');
+    t.same(await ids(s, { type: 'card' }), [r1.id]);
+    t.same(await ids(s, { type: 'token' }), [r3.id, r2.id]);
+    t.same(await ids(s, { container: '/pci/' }), [r2.id, r1.id], 'prefix, segment-aware');
+    t.same(await ids(s, { container: '/pci/high/' }), [r1.id]);
+    t.same(await ids(s, { container: '/' }), [r3.id, r2.id, r1.id]);
+    t.same(await ids(s, { fingerprint: 'f2' }), [r2.id]);
+    t.same(await ids(s, { metadata: { a: '1' } }), [r2.id, r1.id]);
+    t.same(await ids(s, { metadata: { a: '1', b: '2' } }), [r1.id], 'every pair must match');
+    t.same(await ids(s, { metadata: { b: '1' } }), []);
+    t.same(await ids(s, { metadata: {} }), [r3.id, r2.id, r1.id]);
+    t.same(await ids(s, { index_hashes: ['x'] }), [r2.id, r1.id]);
+    t.same(await ids(s, { index_hashes: ['x', 'y'] }), [r1.id], 'every hash must match');
+    t.same(await ids(s, { index_hashes: ['y', 'y'] }), [r3.id, r1.id], 'repeated hashes');
+    t.same(await ids(s, { index_hashes: ['z'] }), []);
+    t.same(await ids(s, { ids: [r1.id, r3.id, 'missing'] }), [r3.id, r1.id]);
+    t.same(await ids(s, { ids: [] }), [], 'an empty id list matches nothing');
+    t.same(await ids(s, { type: 'token', container: '/pci/', metadata: { a: '1' }, index_hashes: ['x'], fingerprint: 'f2', ids: [r2.id] }), [r2.id]);
+    t.same(await ids(s, { type: 'card', index_hashes: ['x'], ids: [r2.id] }), []);
+  });
+
+  t.test('pagination: newest first, stable cursor while tokens are inserted', async (t) => {
+    const s = await makeStore(t);
+    const all: StoredToken[] = [];
+    for (let batch = 0; batch < 5; batch++) {
+      const rs = Array.from({ length: 5 }, () => makeRecord({ metadata: { even: String(all.length % 2 === 0) } }));
+      rs.forEach((r, i) => (r.metadata = { even: String((all.length + i) % 2 === 0) }));
+      await s.insertMany(rs);
+      all.push(...rs);
+    }
+    const expected = all.map((r) => r.id).reverse();
+    const seen: string[] = [];
+    let after: string | null = null;
+    let pages = 0;
+    do {
+      const page = await s.list(TENANT_A, {}, { size: 10, after });
+      seen.push(...page.items.map((r) => r.id));
+      after = page.next;
+      pages++;
+      await s.insertMany([makeRecord()]); // newer tokens never shift the pages still to come
+    } while (after !== null);
+    t.same(seen, expected);
+    t.equal(pages, 3);
+    const evens: string[] = [];
+    after = null;
+    do {
+      const page = await s.list(TENANT_A, { metadata: { even: 'true' } }, { size: 4, after });
+      t.ok(page.items.length <= 4);
+      evens.push(...page.items.map((r) => r.id));
+      after = page.next;
+    } while (after !== null);
+    t.same(evens, all.filter((r) => r.metadata.even === 'true').map((r) => r.id).reverse(), 'filtered pages');
+    const exact = await s.list(TENANT_A, { ids: expected.slice(0, 4) }, { size: 2, after: null });
+    const last = await s.list(TENANT_A, { ids: expected.slice(0, 4) }, { size: 2, after: exact.next });
+    t.same([...exact.items, ...last.items].map((r) => r.id), expected.slice(0, 4));
+    t.equal(last.next, null, 'no next when the page ends exactly at the last match');
+    for (const bad of ['garbage', '', 'czl', Buffer.from('x9').toString('base64url'), Buffer.from('s-1').toString('base64url'), Buffer.from('s01').toString('base64url'), 'a.b']) {
+      t.ok((await caught(s.list(TENANT_A, {}, { size: 10, after: bad }))) instanceof InvalidCursorError, `cursor ${JSON.stringify(bad)}`);
+    }
+    for (const size of [0, 101, 1.5]) t.ok((await caught(s.list(TENANT_A, {}, { size, after: null }))) instanceof RangeError, `size ${size}`);
+  });
+
+  t.test('expired tokens are invisible', async (t) => {
+    const s = await makeStore(t);
+    const old = makeRecord({ fingerprint: 'fp', expires_at: iso(-1000), index_hashes: ['h'] });
+    const live = makeRecord({ fingerprint: 'fp', expires_at: iso(HOUR), index_hashes: ['h'] });
+    await s.insertMany([old, live]);
+    t.equal(await s.get(TENANT_A, old.id), null);
+    t.same((await s.getMany(TENANT_A, [old.id, live.id])).map((r) => r.id), [live.id]);
+    t.same(await ids(s, { index_hashes: ['h'] }), [live.id]);
+    t.equal((await s.findByFingerprint(TENANT_A, 'token', 'fp'))?.id, live.id, 'oldest live, not oldest');
+    t.equal(await s.update({ ...old, metadata: { x: 'y' } }), false);
+    t.equal(await s.delete(TENANT_A, old.id), false);
+  });
+
+  t.test('cvc: hidden after expiry, purged by purgeCvc', async (t) => {
+    const s = await makeStore(t);
+    const due = makeRecord({ cvc_sealed: 'cvc-due', cvc_expires_at: iso(-1000) });
+    const later = makeRecord({ cvc_sealed: 'cvc-later', cvc_expires_at: iso(HOUR) });
+    const forever = makeRecord({ cvc_sealed: 'cvc-forever' });
+    await s.insertMany([due, later, forever]);
+    t.equal((await s.get(TENANT_A, due.id))?.cvc_sealed, null, 'hidden before any purge');
+    t.equal((await s.get(TENANT_A, later.id))?.cvc_sealed, 'cvc-later');
+    t.equal(await s.purgeCvc(new Date()), 1);
+    t.equal(await s.purgeCvc(new Date()), 0, 'idempotent');
+    t.equal(await s.purgeCvc(new Date(Date.now() + 2 * HOUR)), 1, 'purges by the given time');
+    t.equal((await s.get(TENANT_A, later.id))?.cvc_sealed, null, 'really removed, not just hidden');
+    t.equal((await s.get(TENANT_A, forever.id))?.cvc_sealed, 'cvc-forever', 'no expiry, never purged');
+    t.same((await s.get(TENANT_A, due.id))?.sealed, due.sealed, 'the rest of the record stays');
+  });
+
+  t.test('findByFingerprint: oldest live token of the tenant and type', async (t) => {
+    const s = await makeStore(t);
+    const first = makeRecord({ fingerprint: 'same' });
+    const second = makeRecord({ fingerprint: 'same' });
+    const card = makeRecord({ fingerprint: 'same', type: 'card' });
+    await s.insertMany([first]);
+    await s.insertMany([second, card]);
+    t.equal((await s.findByFingerprint(TENANT_A, 'token', 'same'))?.id, first.id);
+    t.equal((await s.findByFingerprint(TENANT_A, 'card', 'same'))?.id, card.id);
+    t.equal(await s.findByFingerprint(TENANT_A, 'token', 'other'), null);
+    await s.delete(TENANT_A, first.id);
+    t.equal((await s.findByFingerprint(TENANT_A, 'token', 'same'))?.id, second.id);
+  });
+
+  t.test('data keys: first write of a kid wins, concurrent adds converge', async (t) => {
+    const s = await makeStore(t);
+    t.same(await s.listDataKeys(), []);
+    const k1 = { kid: 'k1', wrapped: 'w1.a', created_at: iso(0) };
+    t.same(await s.addDataKey(k1), [k1]);
+    t.same(await s.addDataKey({ ...k1, wrapped: 'w1.b' }), [k1], 'same kid: ignored');
+    const k2 = { kid: 'k2', wrapped: 'w1.c', created_at: iso(0) };
+    const k3 = { kid: 'k3', wrapped: 'w1.d', created_at: iso(0) };
+    const [ra, rb] = await Promise.all([s.addDataKey(k2), s.addDataKey(k3)]);
+    const ring = await s.listDataKeys();
+    t.same(ring.map((k) => k.kid).sort(), ['k1', 'k2', 'k3']);
+    t.same(ring[0], k1, 'oldest first');
+    t.ok(ra.some((k) => k.kid === 'k2') && rb.some((k) => k.kid === 'k3'), 'each add returns a ring holding its key');
+    t.same(await s.listDataKeys(), ring, 'stable order');
+  });
+
+  t.test('ping, and failures after close are StoreUnavailableError', async (t) => {
+    const s = await makeStore(t);
+    await s.ping();
+    t.pass('ping resolved');
+    await s.close();
+    t.ok((await caught(s.ping())) instanceof StoreUnavailableError);
+    t.ok((await caught(s.get(TENANT_A, 'x'))) instanceof StoreUnavailableError);
+  });
+}

@@ -1,0 +1,93 @@
+/**
+ * EmbeddedStore: the contract on a fresh SQLite file per test, and what actually lands on disk.
+ */
+import t from 'tap';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { runContract, makeRecord, TENANT_A } from './contract.js';
+import { EmbeddedStore } from '../../src/store/embedded.js';
+import { createStore } from '../../src/store/factory.js';
+import { KeyRing } from '../../src/crypto/keyring.js';
+import type { Test } from 'tap';
+
+function tempDir(t: Test): string {
+  const dir = mkdtempSync(join(tmpdir(), 'tp-embedded-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+runContract(t, async (t) => {
+  const store = new EmbeddedStore(join(tempDir(t), 'tokens.db'));
+  t.teardown(() => store.close());
+  return store;
+});
+
+t.test('the files hold no plaintext card number or cvc', async (t) => {
+  const dir = tempDir(t);
+  const path = join(dir, 'nested', 'tokens.db');
+  const store = new EmbeddedStore(path);
+  t.teardown(() => store.close());
+  const ring = await KeyRing.open(randomBytes(32), store);
+  const number = '4242424242424242';
+  const cvc = '8306';
+  const record = makeRecord({ type: 'card', container: '/pci/high/' });
+  record.sealed = ring.seal(JSON.stringify({ number, expiration_month: 12, expiration_year: 2031 }), `${TENANT_A}:${record.id}`);
+  record.cvc_sealed = ring.seal(cvc, `${TENANT_A}:${record.id}:cvc`);
+  record.cvc_expires_at = new Date(Date.now() + 3_600_000).toISOString();
+  await store.insertMany([record]);
+  const got = await store.get(TENANT_A, record.id);
+  t.equal(got && ring.unseal(got.sealed, `${TENANT_A}:${record.id}`), JSON.stringify({ number, expiration_month: 12, expiration_year: 2031 }));
+
+  const files = [path, `${path}-wal`].filter((f) => existsSync(f));
+  t.ok(files.includes(`${path}-wal`), 'the write is in the WAL (not yet checkpointed)');
+  const bytes = Buffer.concat(files.map((f) => readFileSync(f)));
+  t.ok(bytes.includes(record.id), 'the scan sees the record (its id is there)');
+  t.ok(bytes.includes(record.sealed), 'the ciphertext is there');
+  t.notOk(bytes.includes(number), 'no card number');
+  t.notOk(bytes.includes(number.slice(0, 6) + number.slice(-4)) || bytes.includes('"number"'), 'no fragments or field names of the card');
+  t.notOk(bytes.includes(cvc), 'no cvc');
+  t.equal(statSync(path).mode & 0o777, 0o600, 'database file is 0600');
+});
+
+t.test('a resolved insert is durable: a second process opening the file sees it', async (t) => {
+  const path = join(tempDir(t), 'tokens.db');
+  const writer = new EmbeddedStore(path);
+  t.teardown(() => writer.close());
+  const r = makeRecord();
+  await writer.insertMany([r]);
+  // The writer is still open (no checkpoint, no close): a fresh reader must see the commit.
+  const reader = new EmbeddedStore(path);
+  t.teardown(() => reader.close());
+  t.same(await reader.get(TENANT_A, r.id), r);
+});
+
+t.test('two key rings racing on one file converge on the same data key', async (t) => {
+  const path = join(tempDir(t), 'tokens.db');
+  const a = new EmbeddedStore(path);
+  t.teardown(() => a.close());
+  const b = new EmbeddedStore(path);
+  t.teardown(() => b.close());
+  const master = randomBytes(32);
+  const [ra, rb] = await Promise.all([KeyRing.open(master, a), KeyRing.open(master, b)]);
+  t.equal(ra.activeKid, rb.activeKid);
+  t.equal(rb.unseal(ra.seal('hello', 'aad'), 'aad'), 'hello');
+  t.equal((await a.listDataKeys()).length, 1);
+});
+
+t.test('factory resolves a relative path against baseDir and creates the directory', async (t) => {
+  const dir = tempDir(t);
+  const store = await createStore({ kind: 'embedded', path: './data/x/tokens.db', url: '', key_prefix: '' }, { baseDir: dir });
+  t.teardown(() => store.close());
+  t.equal(store.kind, 'embedded');
+  await store.ping();
+  t.ok(existsSync(join(dir, 'data', 'x', 'tokens.db')));
+});
+
+t.test('an unopenable path is a StoreUnavailableError naming the path, not a crash', async (t) => {
+  const dir = tempDir(t);
+  const blocker = join(dir, 'file');
+  writeFileSync(blocker, 'x'); // a file where a directory should be
+  t.throws(() => new EmbeddedStore(join(blocker, 'tokens.db')), { name: 'StoreUnavailableError', message: /cannot open the embedded store/ });
+});

@@ -1,0 +1,141 @@
+/**
+ * RedisStore on a real redis-server: the contract, what is actually stored under the prefix,
+ * two instances converging on one key ring, and Redis dying and coming back.
+ */
+import t from 'tap';
+import type { Test } from 'tap';
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { redisSkip, startRedis } from '../helpers/redis.js';
+import { runContract, makeRecord, TENANT_A } from './contract.js';
+import { RedisStore } from '../../src/store/redis.js';
+import { createStore } from '../../src/store/factory.js';
+import { KeyRing } from '../../src/crypto/keyring.js';
+import { StoreUnavailableError } from '../../src/store/types.js';
+
+const skip = redisSkip();
+if (skip) {
+  t.plan(0, skip);
+} else {
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  let n = 0;
+  const open = async (t: Test, keyPrefix = `${redis.prefix}${++n}:`): Promise<RedisStore> => {
+    const store = await RedisStore.connect({ url: redis.url, keyPrefix });
+    t.teardown(() => store.close());
+    return store;
+  };
+  const raw = (t: Test): Redis => {
+    const client = new Redis(redis.url, { lazyConnect: true });
+    t.teardown(() => client.disconnect());
+    return client;
+  };
+
+  runContract(t, (t) => open(t));
+
+  t.test('nothing under the prefix holds the plaintext card number or cvc', async (t) => {
+    const prefix = `${redis.prefix}scan:`;
+    const store = await open(t, prefix);
+    const ring = await KeyRing.open(randomBytes(32), store);
+    const number = '4242424242424242';
+    const cvc = '8306';
+    const record = makeRecord({ type: 'card', container: '/pci/high/', index_hashes: [ring.indexHash(TENANT_A, number.slice(-4))] });
+    record.sealed = ring.seal(JSON.stringify({ number, expiration_month: 12, expiration_year: 2031 }), `${TENANT_A}:${record.id}`);
+    const cvcSealed = ring.seal(cvc, `${TENANT_A}:${record.id}:cvc`);
+    record.cvc_sealed = cvcSealed;
+    record.cvc_expires_at = new Date(Date.now() + 3_600_000).toISOString();
+    record.fingerprint = ring.fingerprint(TENANT_A, 'card', number);
+    await store.insertMany([record]);
+
+    const client = raw(t);
+    const keys: string[] = [];
+    let cursor = '0';
+    do {
+      const [next, batch] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+      keys.push(...batch);
+      cursor = next;
+    } while (cursor !== '0');
+    const dump: string[] = [];
+    for (const key of keys) {
+      dump.push(key);
+      const type = await client.type(key);
+      if (type === 'string') dump.push((await client.get(key)) ?? '');
+      else if (type === 'hash') dump.push(...Object.entries(await client.hgetall(key)).flat());
+      else if (type === 'zset') dump.push(...(await client.zrange(key, '0', '-1', 'WITHSCORES')));
+      else if (type === 'list') dump.push(...(await client.lrange(key, 0, -1)));
+      else t.fail(`unexpected key type ${type}`);
+    }
+    const text = dump.join('\n');
+    t.ok(keys.length >= 8, `scanned ${keys.length} keys`);
+    t.ok(text.includes(record.id) && text.includes(record.sealed) && text.includes(cvcSealed), 'the scan sees the record');
+    t.notOk(text.includes(number), 'no card number');
+    t.notOk(text.includes('"number"'), 'no card field names');
+    t.notOk(text.includes(cvc), 'no cvc');
+    const pttl = await client.pttl(`${prefix}t:${TENANT_A}:cvc:${encodeURIComponent(record.id)}`);
+    t.ok(pttl > 3_500_000 && pttl <= 3_600_000, 'the cvc key expires at cvc_expires_at by itself');
+  });
+
+  t.test('two instances opening and rotating the key ring at once converge', async (t) => {
+    const prefix = `${redis.prefix}ring:`;
+    const [a, b] = await Promise.all([open(t, prefix), open(t, prefix)]);
+    const master = randomBytes(32);
+    const [ra, rb] = await Promise.all([KeyRing.open(master, a), KeyRing.open(master, b)]);
+    t.equal(ra.activeKid, rb.activeKid);
+    t.equal(rb.unseal(ra.seal('hello', 'aad'), 'aad'), 'hello');
+    const [ka, kb] = await Promise.all([ra.rotate(), rb.rotate()]);
+    t.equal(ka, kb, 'both rotations land on one new key');
+    t.same((await a.listDataKeys()).map((k) => k.kid), ['k1', 'k2']);
+    t.equal(ra.unseal(rb.seal('after', 'aad'), 'aad'), 'after');
+    const rc = await KeyRing.open(master, await open(t, prefix));
+    const sealed = rc.seal('x', 'y');
+    t.equal(KeyRing.kidOf(sealed), 'k2');
+    const err = await KeyRing.open(randomBytes(32), a).then(() => null, (e: unknown) => e);
+    t.match(err, { name: 'MasterKeyMismatchError', message: /the master key does not match the store/ });
+  });
+
+  t.test('factory builds a connected Redis store', async (t) => {
+    const store = await createStore({ kind: 'redis', path: '', url: redis.url, key_prefix: `${redis.prefix}factory:` });
+    t.teardown(() => store.close());
+    t.equal(store.kind, 'redis');
+    await store.ping();
+    t.pass('ping answered');
+  });
+
+  t.test('connecting to nothing fails fast with StoreUnavailableError', async (t) => {
+    const started = Date.now();
+    const err = await RedisStore.connect({ url: 'redis://127.0.0.1:1', keyPrefix: 'x:' }).then(() => null, (e: unknown) => e);
+    t.ok(err instanceof StoreUnavailableError, 'StoreUnavailableError');
+    t.ok(Date.now() - started < 3000, `failed in ${Date.now() - started} ms`);
+  });
+
+  // Last: it kills the shared server.
+  t.test('Redis killed: operations reject within ~2 s, work again after restart, data survives', async (t) => {
+    const store = await open(t);
+    const before = makeRecord();
+    await store.insertMany([before]);
+    await redis.kill();
+    for (const op of [() => store.get(TENANT_A, before.id), () => store.insertMany([makeRecord()]), () => store.ping()]) {
+      const started = Date.now();
+      const err = await op().then(() => null, (e: unknown) => e);
+      const took = Date.now() - started;
+      t.ok(err instanceof StoreUnavailableError, 'StoreUnavailableError');
+      t.ok(took < 2500, `rejected in ${took} ms`);
+      t.notMatch(err instanceof Error ? err.message : '', before.id, 'no values in the message');
+    }
+    await redis.restart();
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      try {
+        await store.ping();
+        break;
+      } catch (err) {
+        if (Date.now() > deadline) throw err;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+    t.same(await store.get(TENANT_A, before.id), before, 'the resolved insert survived kill -9 of Redis (appendfsync always)');
+    const after = makeRecord();
+    await store.insertMany([after]);
+    t.same(await store.get(TENANT_A, after.id), after, 'writes work again');
+  });
+}
