@@ -46,12 +46,16 @@ function gcmSeal(key: KeyObject, plaintext: Buffer, aad: Buffer): string {
   return `${iv.toString('base64url')}.${body.toString('base64url')}`;
 }
 
-/** null when the parts are malformed or authentication fails. */
-function gcmOpen(key: KeyObject, ivText: string, bodyText: string, aad: Buffer): Buffer | null {
+/** The IV and ciphertext+tag of a sealed string, or null when they are not well-formed. */
+function gcmParts(ivText: string, bodyText: string): { iv: Buffer; body: Buffer } | null {
   if (!B64URL.test(ivText) || !B64URL.test(bodyText)) return null;
   const iv = Buffer.from(ivText, 'base64url');
   const body = Buffer.from(bodyText, 'base64url');
-  if (iv.length !== IV_BYTES || body.length < TAG_BYTES) return null;
+  return iv.length === IV_BYTES && body.length >= TAG_BYTES ? { iv, body } : null;
+}
+
+/** null when authentication fails. */
+function gcmOpen(key: KeyObject, { iv, body }: { iv: Buffer; body: Buffer }, aad: Buffer): Buffer | null {
   const decipher = createDecipheriv('aes-256-gcm', key, iv, { authTagLength: TAG_BYTES });
   decipher.setAAD(aad);
   decipher.setAuthTag(body.subarray(body.length - TAG_BYTES));
@@ -139,7 +143,9 @@ export class KeyRing {
     const [, kid, iv, body] = parts;
     const key = this.#keys.get(kid);
     if (!key) throw new UnknownKeyError(kid);
-    const plain = gcmOpen(key, iv, body, sealAad(kid, aad));
+    const gcm = gcmParts(iv, body);
+    if (!gcm) throw new SealedValueError('malformed');
+    const plain = gcmOpen(key, gcm, sealAad(kid, aad));
     if (!plain) throw new SealedValueError('authentication_failed');
     return plain.toString('utf8');
   }
@@ -211,7 +217,9 @@ export class KeyRing {
 
   #wrap(kid: string): WrappedDataKey {
     const aad = Buffer.from(`${WRAP_VERSION}.${this.#masterId}.${kid}`, 'utf8');
-    const wrapped = `${WRAP_VERSION}.${this.#masterId}.${gcmSeal(this.#wrapKey, randomBytes(KEY_BYTES), aad)}`;
+    const dataKey = randomBytes(KEY_BYTES);
+    const wrapped = `${WRAP_VERSION}.${this.#masterId}.${gcmSeal(this.#wrapKey, dataKey, aad)}`;
+    dataKey.fill(0);
     return { kid, wrapped, created_at: new Date().toISOString() };
   }
 
@@ -226,11 +234,14 @@ export class KeyRing {
         `the master key does not match the store: data key ${key.kid} was wrapped by master key ${wrappedBy}, this master key is ${this.#masterId}`,
       );
     }
-    const plain = gcmOpen(this.#wrapKey, iv, body, Buffer.from(`${WRAP_VERSION}.${wrappedBy}.${key.kid}`, 'utf8'));
+    const gcm = gcmParts(iv, body);
+    const plain = gcm && gcmOpen(this.#wrapKey, gcm, Buffer.from(`${WRAP_VERSION}.${wrappedBy}.${key.kid}`, 'utf8'));
     if (!plain || plain.length !== KEY_BYTES) {
       throw new MasterKeyMismatchError(`the master key does not match the store: data key ${key.kid} cannot be unwrapped (wrong master key or a corrupt key record)`);
     }
-    return createSecretKey(plain);
+    const dataKey = createSecretKey(plain);
+    plain.fill(0);
+    return dataKey;
   }
 
   /** Unwraps every key before swapping, so a failure leaves the ring as it was. */

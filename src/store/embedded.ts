@@ -113,6 +113,9 @@ export class EmbeddedStore implements TokenStore {
   readonly #db: Database.Database;
   readonly #listStatements = new Map<number, Database.Statement<[Params], Row>>();
   readonly #s: ReturnType<typeof prepareStatements>;
+  readonly #insertTx: (rows: { record: StoredToken; params: Params }[]) => void;
+  readonly #updateTx: (record: StoredToken, params: Params) => boolean;
+  readonly #addKeyTx: (key: WrappedDataKey) => WrappedDataKey[];
 
   /** Opens (creating if needed) the database at `path`, or ':memory:'. */
   constructor(readonly path: string) {
@@ -135,26 +138,39 @@ export class EmbeddedStore implements TokenStore {
       const reason = err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : String(err instanceof Error ? err.message : err);
       throw new StoreUnavailableError(`cannot open the embedded store ${path}: ${reason}`, { cause: err });
     }
-    this.#s = prepareStatements(this.#db);
+    const s = (this.#s = prepareStatements(this.#db));
+    // Transactions (BEGIN … COMMIT, ROLLBACK when the function throws), built once like the statements.
+    this.#insertTx = this.#db.transaction((rows: { record: StoredToken; params: Params }[]) => {
+      for (const { record, params } of rows) {
+        let seq: number | bigint;
+        try {
+          seq = s.insert.run(params).lastInsertRowid;
+        } catch (err) {
+          const code = sqliteCode(err);
+          if (code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY') throw new DuplicateTokenError(record.id);
+          throw err;
+        }
+        this.#writeSide(record, seq);
+      }
+    });
+    this.#updateTx = this.#db.transaction((record: StoredToken, params: Params) => {
+      const live = s.liveSeq.get({ tenant: record.tenant_id, id: record.id, now: Date.now() });
+      if (!live) return false;
+      s.update.run({ ...params, seq: live.seq });
+      s.deleteHashes.run(live.seq);
+      s.deleteMeta.run(live.seq);
+      this.#writeSide(record, live.seq);
+      return true;
+    });
+    this.#addKeyTx = this.#db.transaction((key: WrappedDataKey) => {
+      s.addKey.run(key.kid, key.wrapped, key.created_at);
+      return s.listKeys.all().map((r) => decodeDataKey(r));
+    });
   }
 
   async insertMany(records: StoredToken[]): Promise<void> {
-    const rows = records.map((r) => ({ record: r, params: this.#params(r) }));
-    this.#run(() =>
-      this.#db.transaction(() => {
-        for (const { record, params } of rows) {
-          let seq: number | bigint;
-          try {
-            seq = this.#s.insert.run(params).lastInsertRowid;
-          } catch (err) {
-            const code = sqliteCode(err);
-            if (code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY') throw new DuplicateTokenError(record.id);
-            throw err;
-          }
-          this.#writeSide(record, seq);
-        }
-      })(),
-    );
+    const rows = records.map((record) => ({ record, params: this.#params(record) }));
+    this.#run(() => this.#insertTx(rows));
   }
 
   async get(tenantId: string, id: string): Promise<StoredToken | null> {
@@ -178,17 +194,7 @@ export class EmbeddedStore implements TokenStore {
 
   async update(record: StoredToken): Promise<boolean> {
     const params = this.#params(record);
-    return this.#run(() =>
-      this.#db.transaction(() => {
-        const live = this.#s.liveSeq.get({ tenant: record.tenant_id, id: record.id, now: Date.now() });
-        if (!live) return false;
-        this.#s.update.run({ ...params, seq: live.seq });
-        this.#s.deleteHashes.run(live.seq);
-        this.#s.deleteMeta.run(live.seq);
-        this.#writeSide(record, live.seq);
-        return true;
-      })(),
-    );
+    return this.#run(() => this.#updateTx(record, params));
   }
 
   /** Removes the record; true only when it was live (an expired token counts as missing). */
@@ -239,12 +245,7 @@ export class EmbeddedStore implements TokenStore {
   }
 
   async addDataKey(key: WrappedDataKey): Promise<WrappedDataKey[]> {
-    return this.#run(() =>
-      this.#db.transaction(() => {
-        this.#s.addKey.run(key.kid, key.wrapped, key.created_at);
-        return this.#s.listKeys.all().map((r) => decodeDataKey(r));
-      })(),
-    );
+    return this.#run(() => this.#addKeyTx(key));
   }
 
   async ping(): Promise<void> {

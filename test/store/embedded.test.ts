@@ -6,6 +6,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { runContract, makeRecord, TENANT_A } from './contract.js';
 import { EmbeddedStore } from '../../src/store/embedded.js';
 import { createStore } from '../../src/store/factory.js';
@@ -51,13 +53,26 @@ t.test('the files hold no plaintext card number or cvc', async (t) => {
   t.equal(statSync(path).mode & 0o777, 0o600, 'database file is 0600');
 });
 
-t.test('a resolved insert is durable: a second process opening the file sees it', async (t) => {
+t.test('a resolved insert survives kill -9 of the process that made it', async (t) => {
   const path = join(tempDir(t), 'tokens.db');
-  const writer = new EmbeddedStore(path);
-  t.teardown(() => writer.close());
   const r = makeRecord();
-  await writer.insertMany([r]);
-  // The writer is still open (no checkpoint, no close): a fresh reader must see the commit.
+  const storeUrl = new URL('../../src/store/embedded.ts', import.meta.url).href;
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', '--input-type=module', '-e', `
+      import { EmbeddedStore } from ${JSON.stringify(storeUrl)};
+      const store = new EmbeddedStore(process.argv[1]);
+      await store.insertMany([JSON.parse(process.argv[2])]);
+      process.stdout.write('resolved\\n');
+      process.kill(process.pid, 'SIGKILL');`, path, JSON.stringify(r)],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  t.teardown(() => child.kill('SIGKILL'));
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  const [, signal] = await once(child, 'exit');
+  t.equal(signal, 'SIGKILL', 'killed, never closed');
+  t.equal(out, 'resolved\n');
   const reader = new EmbeddedStore(path);
   t.teardown(() => reader.close());
   t.same(await reader.get(TENANT_A, r.id), r);
