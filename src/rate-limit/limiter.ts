@@ -112,7 +112,9 @@ interface TenantEntry {
   tier: Tier;
   custom: RateLimitTenant['custom_rate_limits'];
   test: boolean;
-  byRoute: Map<RouteGroup, CompiledRule[]>;
+  all: CompiledRule[] | undefined;
+  /** Matching rules by `route|keyKind|legacy`. */
+  selected: Map<string, CompiledRule[]>;
 }
 
 type Outcome =
@@ -155,7 +157,9 @@ export class RateLimitService {
   private everReady = false;
   private failures = 0;
   private unloggedFailures = 0;
-  private lastFailureLogAt = 0;
+  private lastFailureLogAt = -Infinity;
+  private lastRecoveryLogAt = -Infinity;
+  private lastConnectionLogAt = -Infinity;
   private degraded = false;
 
   private constructor(
@@ -189,23 +193,22 @@ export class RateLimitService {
     if (!cfg.url) throw new Error('rate_limits.store is redis but rate_limits.url is not set');
     const client = new Redis(cfg.url, { ...RATE_LIMIT_REDIS_OPTIONS, lazyConnect: false });
     const service = new RateLimitService(cfg, opts.log, client, true, interval);
-    // Our own client: its connection errors are the store failures logged (rate-limited) on use;
-    // the listener keeps ioredis from printing each reconnect attempt.
-    client.on('error', () => {});
+    // Our own client: without a listener ioredis prints every failed reconnect attempt.
+    client.on('error', (err: Error) => service.noteConnectionError(err));
     return service;
   }
 
   /** Counts the request on every matching rule; throws rate_limited (429) or rate_limit_unavailable (503). */
   async check(subject: RateLimitSubject): Promise<RateLimitDecision> {
     if (!this.cfg.enabled) return NO_HEADERS;
-    const candidates = this.rulesFor(subject.tenant, subject.route);
-    if (candidates.length === 0) return NO_HEADERS;
+    const candidates = this.rulesFor(subject);
+    const n = candidates.length;
+    if (n === 0) return NO_HEADERS;
 
-    const facts = { route: subject.route, testTenant: subject.tenant.test, keyKind: subject.keyKind, legacy: subject.legacy };
     const rules: CompiledRule[] = [];
     const keys: string[] = [];
-    for (const rule of candidates) {
-      if (!ruleMatches(rule.match, facts)) continue;
+    for (let i = 0; i < n; i++) {
+      const rule = candidates[i];
       const id = counterIdentity(rule.counter, subject);
       if (id === undefined) continue; // the request carries nothing this rule counts by
       rules.push(rule);
@@ -213,7 +216,14 @@ export class RateLimitService {
     }
     if (rules.length === 0) return NO_HEADERS;
 
-    let outcomes = this.redis ? await this.consumeRedis(rules, keys) : await Promise.all(rules.map((r, i) => consume(r, r.limiter, keys[i])));
+    let outcomes: Outcome[];
+    if (this.redis) {
+      outcomes = await this.consumeRedis(rules, keys);
+    } else {
+      // Memory consumes settle at once: awaiting them in turn is cheaper than Promise.all.
+      outcomes = [];
+      for (let i = 0; i < rules.length; i++) outcomes.push(await consume(rules[i], rules[i].limiter, keys[i]));
+    }
 
     const failed = outcomes.some((o) => 'error' in o);
     if (failed) {
@@ -297,18 +307,21 @@ export class RateLimitService {
     }
   }
 
-  private rulesFor(tenant: RateLimitTenant, route: RouteGroup): CompiledRule[] {
+  /** The compiled rules matching the subject, cached per tenant and (route, key kind, legacy). */
+  private rulesFor(subject: RateLimitSubject): CompiledRule[] {
+    const tenant = subject.tenant;
     let entry = this.tenants.get(tenant.id);
     if (!entry || entry.tier !== tenant.rate_limit_tier || entry.custom !== tenant.custom_rate_limits || entry.test !== tenant.test) {
-      entry = { tier: tenant.rate_limit_tier, custom: tenant.custom_rate_limits, test: tenant.test, byRoute: new Map() };
+      entry = { tier: tenant.rate_limit_tier, custom: tenant.custom_rate_limits, test: tenant.test, all: undefined, selected: new Map() };
       this.tenants.set(tenant.id, entry);
     }
-    let rules = entry.byRoute.get(route);
+    const sel = `${subject.route}|${subject.keyKind ?? ''}|${subject.legacy === true ? 1 : 0}`;
+    let rules = entry.selected.get(sel);
     if (!rules) {
-      rules = resolveRules(entry.tier, entry.custom)
-        .filter((r) => r.match.routes.includes(route) && (!r.match.testTenant || entry.test))
-        .map((r) => this.compile(r));
-      entry.byRoute.set(route, rules);
+      entry.all ??= resolveRules(entry.tier, entry.custom).map((r) => this.compile(r));
+      const facts = { route: subject.route, testTenant: entry.test, keyKind: subject.keyKind, legacy: subject.legacy };
+      rules = entry.all.filter((r) => ruleMatches(r.match, facts));
+      entry.selected.set(sel, rules);
     }
     return rules;
   }
@@ -382,12 +395,22 @@ export class RateLimitService {
 
   private noteStoreRecovered(): void {
     this.degraded = false;
+    // At most once per interval too: a flapping store must not log per request.
+    const now = Date.now();
+    if (now - this.lastRecoveryLogAt < this.failureLogIntervalMs) return;
+    this.lastRecoveryLogAt = now;
     this.log.info(
       { event: 'rate_limit_store_recovered', unlogged_failures: this.unloggedFailures, total_failures: this.failures },
       'rate-limit store recovered',
     );
-    this.unloggedFailures = 0;
-    this.lastFailureLogAt = 0;
+  }
+
+  /** Connection errors of a client we own (reconnect attempts), once per interval. */
+  private noteConnectionError(err: Error): void {
+    const now = Date.now();
+    if (now - this.lastConnectionLogAt < this.failureLogIntervalMs) return;
+    this.lastConnectionLogAt = now;
+    this.log.warn({ event: 'rate_limit_store_connection_error', error: err.message }, 'rate-limit store connection failed; reconnecting');
   }
 }
 

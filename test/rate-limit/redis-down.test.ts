@@ -72,6 +72,7 @@ if (skip) {
     t.equal(allowing.stats().storeFailures, 4, 'every failure counted');
     t.equal(rejecting.stats().storeFailures, 3);
     t.equal(rejectLog.lines.filter((l) => l.event === 'rate_limit_store_error').length, 1);
+    t.ok(allowLog.lines.filter((l) => l.event === 'rate_limit_store_connection_error').length <= 1, 'reconnect errors: once per interval');
 
     await redis.restart();
 
@@ -135,9 +136,9 @@ if (skip) {
     });
     const addr = silent.address();
     const port = typeof addr === 'object' && addr ? addr.port : 0;
-    const { log } = captureLog();
+    const { log, lines } = captureLog();
     const url = `redis://127.0.0.1:${port}`;
-    const rejecting = RateLimitService.create({ ...cfg('reject'), url }, { log });
+    const rejecting = RateLimitService.create({ ...cfg('reject'), url }, { log, failureLogIntervalMs: 1000 });
     t.teardown(() => rejecting.close());
     const allowing = RateLimitService.create({ ...cfg('allow'), url }, { log });
     t.teardown(() => allowing.close());
@@ -148,5 +149,14 @@ if (skip) {
     t.ok(ms < TIMEOUT_MS + 300, `gave up after ${ms} ms`);
     const [r] = await timed(allowing.check(s));
     t.match(r, { headers: { 'RateLimit-Limit': '1000' } });
+
+    // Two more failures on the rejecting service: one within the 1 s interval (not logged), one
+    // after it (logged, with the count it stands for).
+    await rejection(rejecting.check(s));
+    await sleep(700);
+    await rejection(rejecting.check(s));
+    const logged = lines.filter((l) => l.event === 'rate_limit_store_error' && l.on_store_error === 'reject');
+    t.match(logged, [{ failures: 1, total_failures: 1 }, { failures: 2, total_failures: 3 }]);
+    t.equal(rejecting.stats().storeFailures, 3);
   });
 }
