@@ -24,7 +24,7 @@ async function main(): Promise<void> {
   try {
     service = await startService(config, { log });
   } catch (err) {
-    log.fatal({ err: { type: (err as Error).name, message: (err as Error).message } }, 'start-up failed');
+    log.fatal({ error: { type: (err as Error).name, message: (err as Error).message } }, 'start-up failed');
     process.exit(1);
   }
   log.info({ url: service.url, store: config.store.kind, config: config.source }, 'tokenproxy listening');

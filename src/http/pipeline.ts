@@ -70,7 +70,7 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
     if (opts.rateLimits && route.group !== 'health') Object.assign(headers, await opts.rateLimits.check(ctx, route));
     await route.handle(ctx);
   } catch (err) {
-    if (!(err instanceof ServiceError)) log.error({ err: safeError(err) }, 'unhandled error');
+    if (!(err instanceof ServiceError)) log.error({ error: safeError(err) }, 'unhandled error');
     else if (err.status >= 500) log.warn({ code: err.code, cause: safeError(err.cause) }, 'request failed');
     drainAndAnswer(req, res, err, headers);
   }

@@ -1,0 +1,78 @@
+/**
+ * Runs the real CLI (src/main.ts) as a child process, with the test's loader flags, a config file
+ * written for the test, and stdout/stderr captured. Used where only a separate process will do:
+ * kill -9 durability, exit codes, and scanning everything the process writes.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+export interface ChildService {
+  child: ChildProcess;
+  url: string;
+  output(): string;
+  kill9(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** Flags the test process runs with (tap's TypeScript loader among them) for a child to reuse. */
+function loaderArgs(): string[] {
+  return process.execArgv.filter((a) => !a.startsWith('--inspect'));
+}
+
+export function writeConfig(dir: string, config: unknown, name = 'config.json'): string {
+  const path = join(dir, name);
+  writeFileSync(path, JSON.stringify(config, null, 2));
+  return path;
+}
+
+/** Runs main.ts to completion (e.g. a config error) and returns its exit code and output. */
+export function runCli(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; output: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [...loaderArgs(), 'src/main.ts', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout!.on('data', (d) => (output += d));
+    child.stderr!.on('data', (d) => (output += d));
+    child.on('exit', (code) => resolve({ code, output }));
+  });
+}
+
+export async function startChild(configPath: string, env: Record<string, string> = {}): Promise<ChildService> {
+  const child = spawn(process.execPath, [...loaderArgs(), 'src/main.ts', '--config', configPath], {
+    env: { ...process.env, ...env, PORT: '0' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`service did not start:\n${output}`)), 30_000);
+    const onData = (d: Buffer) => {
+      output += d;
+      const m = /"url":"(http:\/\/[^"]+)"[^\n]*tokenproxy listening|tokenproxy listening[^\n]*"url":"(http:\/\/[^"]+)"/.exec(output);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1] ?? m[2]!);
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', (d: Buffer) => (output += d));
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`service exited with ${code}:\n${output}`));
+    });
+  });
+  child.removeAllListeners('exit');
+  const waitExit = () => new Promise<void>((res) => (child.exitCode !== null || child.signalCode !== null ? res() : child.once('exit', () => res())));
+  return {
+    child,
+    url,
+    output: () => output,
+    kill9: async () => {
+      child.kill('SIGKILL');
+      await waitExit();
+    },
+    stop: async () => {
+      child.kill('SIGTERM');
+      await waitExit();
+    },
+  };
+}

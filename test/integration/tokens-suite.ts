@@ -1,0 +1,136 @@
+/** The token API over real HTTP: create, read (reveal/mask/redact), patch, delete, list, search, tenancy. */
+import type { Test } from 'tap';
+import { APP_PRIVATE, KEYS, startTestService, type StartTestOptions, type TestService } from '../helpers/service.js';
+
+/** Runs the suite against the store that `options` configures. */
+export function tokensSuite(t: Test, options: (t: Test) => Promise<StartTestOptions>): void {
+  const VISA = '4242424242424242';
+  const card = { type: 'card', data: { number: VISA, expiration_month: 7, expiration_year: 2031, cvc: '987' } };
+
+  let s: TestService;
+  t.before(async () => {
+    s = await startTestService(t, await options(t));
+  });
+
+  t.test('POST /tokens creates one token (201) and GET reads it with the rule transform', async (t) => {
+    const c = await s.call('POST', '/tokens', { body: { ...card, metadata: { order: 'o-1' } } });
+    t.equal(c.status, 201);
+    t.same(c.body.mask, { number: 'XXXXXXXXXXXX4242', expiration_month: 7, expiration_year: 2031 });
+    const revealed = await s.call('GET', `/tokens/${c.body.id}`);
+    t.equal(revealed.status, 200);
+    t.same(revealed.body.data, { number: VISA, expiration_month: 7, expiration_year: 2031 }, 'reveal: plaintext without cvc');
+    t.notOk(revealed.text.includes('987'), 'the cvc is never returned');
+    t.same(revealed.body.metadata, { order: 'o-1' });
+    const masked = await s.call('GET', `/tokens/${c.body.id}`, { key: KEYS.masked });
+    t.same(masked.body.data, { number: 'XXXXXXXXXXXX4242', expiration_month: 7, expiration_year: 2031 }, 'plain permissions: mask');
+    const arr = await s.call('POST', '/tokens', { body: [card] });
+    t.equal(arr.status, 400, 'POST /tokens takes one definition');
+  });
+
+  t.test('token type: reveal returns the value, mask applies the mask expression, otherwise no data', async (t) => {
+    const c = await s.call('POST', '/tokens', { body: { type: 'token', data: '123-45-6789', mask: '{{ data | reveal_last: 4 }}' } });
+    t.equal(c.status, 201);
+    t.equal((await s.call('GET', `/tokens/${c.body.id}`)).body.data, '123-45-6789');
+    t.equal((await s.call('GET', `/tokens/${c.body.id}`, { key: KEYS.masked })).body.data, 'XXXXXXX6789');
+    const plain = await s.call('POST', '/tokens', { body: { type: 'token', data: 'abc' } });
+    const m = await s.call('GET', `/tokens/${plain.body.id}`, { key: KEYS.masked });
+    t.notOk('data' in m.body, 'no mask expression: redacted');
+  });
+
+  t.test('other tenants see 404; missing permission is 403; unknown id 404', async (t) => {
+    const c = await s.call('POST', '/tokens', { body: { type: 'token', data: 'tenant-a-secret' } });
+    const other = await s.call('GET', `/tokens/${c.body.id}`, { key: KEYS.tenantB });
+    t.equal(other.status, 404);
+    t.equal(other.body.code, 'not_found');
+    t.equal((await s.call('DELETE', `/tokens/${c.body.id}`, { key: KEYS.tenantB })).status, 404);
+    t.equal((await s.call('GET', '/tokens/00000000-0000-4000-8000-000000000000')).status, 404);
+    const del = await s.call('DELETE', `/tokens/${c.body.id}`, { key: KEYS.noPerm });
+    t.equal(del.status, 403);
+    const listB = await s.call('GET', '/tokens?size=100', { key: KEYS.tenantB });
+    t.notOk(listB.body.data.some((x: { id: string }) => x.id === c.body.id), 'not in the other tenant list');
+  });
+
+  t.test('PATCH is a merge patch; needs application/merge-patch+json', async (t) => {
+    const c = await s.call('POST', '/tokens', { body: { type: 'token', data: 'v1', metadata: { a: '1', b: '2' }, search_indexes: ['{{ data }}'] } });
+    const wrongType = await s.call('PATCH', `/tokens/${c.body.id}`, { body: { metadata: { a: 'x' } } });
+    t.equal(wrongType.status, 415);
+    const p = await s.call('PATCH', `/tokens/${c.body.id}`, { body: { data: 'v2', metadata: { a: null, c: '3' } }, headers: { 'content-type': 'application/merge-patch+json' } });
+    t.equal(p.status, 200);
+    t.same(p.body.metadata, { b: '2', c: '3' });
+    t.equal(p.body.data, 'v2');
+    t.equal(p.body.modified_by, APP_PRIVATE);
+    const found = await s.call('POST', '/tokens/search', { body: { query: 'data:v2' } });
+    t.same(found.body.data.map((x: { id: string }) => x.id), [c.body.id], 'search indexes recomputed');
+    t.equal((await s.call('POST', '/tokens/search', { body: { query: 'data:v1' } })).body.data.length, 0);
+    const bad = await s.call('PATCH', `/tokens/${c.body.id}`, { body: { type: 'card' }, headers: { 'content-type': 'application/merge-patch+json' } });
+    t.equal(bad.status, 400);
+    t.ok(bad.body.errors.type);
+  });
+
+  t.test('DELETE answers 204 and the token is gone', async (t) => {
+    const c = await s.call('POST', '/tokens', { body: { type: 'token', data: 'bye' } });
+    const d = await s.call('DELETE', `/tokens/${c.body.id}`);
+    t.equal(d.status, 204);
+    t.equal(d.text, '');
+    t.equal((await s.call('GET', `/tokens/${c.body.id}`)).status, 404);
+  });
+
+  t.test('list: cursor pages, filters, /v2 path; a new token is listed at once', async (t) => {
+    const own = await startTestService(t, await options(t));
+    const made: string[] = [];
+    for (let i = 0; i < 5; i++) made.push((await own.call('POST', '/tokens', { body: { type: 'token', data: `v${i}`, metadata: { batch: i % 2 ? 'odd' : 'even' } } })).body.id);
+    const cardTok = await own.call('POST', '/tokens', { body: card });
+    const p1 = await own.call('GET', '/tokens?size=4');
+    t.equal(p1.status, 200);
+    t.equal(p1.body.pagination.page_size, 4);
+    t.equal(p1.body.data.length, 4);
+    t.equal(p1.body.data[0].id, cardTok.body.id, 'newest first');
+    t.type(p1.body.pagination.next, 'string');
+    const p2 = await own.call('GET', `/v2/tokens?size=4&start=${encodeURIComponent(p1.body.pagination.next)}`);
+    t.equal(p2.body.data.length, 2);
+    t.equal(p2.body.pagination.next, null, 'next is null at the end');
+    const all = [...p1.body.data, ...p2.body.data].map((x: { id: string }) => x.id);
+    t.same(new Set(all), new Set([...made, cardTok.body.id]));
+    t.equal((await own.call('GET', '/tokens?type=card')).body.data.length, 1);
+    t.equal((await own.call('GET', '/tokens?metadata.batch=odd')).body.data.length, 2);
+    t.equal((await own.call('GET', '/tokens?container=/pci/')).body.data.length, 1);
+    t.equal((await own.call('GET', `/tokens?fingerprint=${cardTok.body.fingerprint}`)).body.data.length, 1);
+    t.equal((await own.call('GET', '/tokens?size=101')).status, 400);
+    t.equal((await own.call('GET', '/tokens?start=garbage!')).body.code, 'invalid_cursor');
+    t.equal((await own.call('GET', '/tokens?bogus=1')).status, 400);
+  });
+
+  t.test('search: POST and GET, query fields, at once after create', async (t) => {
+    const own = await startTestService(t, await options(t));
+    const a = await own.call('POST', '/tokenize', { body: { type: 'card', data: { number: VISA, expiration_month: 1, expiration_year: 2030 }, search_indexes: ['{{ data.number | last4 }}'], metadata: { customer: 'c 1' } } });
+    await own.call('POST', '/tokenize', { body: { type: 'token', data: 'x-4242', search_indexes: ['{{ data | last4 }}'] } });
+    const r = await own.call('POST', '/tokens/search', { body: { query: 'data:4242', size: 10 } });
+    t.equal(r.status, 200);
+    t.equal(r.body.data.length, 2);
+    const onlyCard = await own.call('POST', '/v2/tokens/search', { body: { query: 'data:4242 type:card metadata.customer:"c 1"' } });
+    t.same(onlyCard.body.data.map((x: { id: string }) => x.id), [a.body.id]);
+    const g = await own.call('GET', `/tokens/search?query=${encodeURIComponent('data:4242 type:token')}`);
+    t.equal(g.body.data.length, 1);
+    t.equal((await own.call('GET', `/v2/tokens/search?query=${encodeURIComponent(`fingerprint:${a.body.fingerprint}`)}`)).body.data.length, 1);
+    const bad = await own.call('POST', '/tokens/search', { body: { query: 'whatever' } });
+    t.equal(bad.status, 400);
+    t.equal(bad.body.code, 'invalid_query');
+    const none = await own.call('POST', '/tokens/search', { body: { query: 'data:0000' } });
+    t.same(none.body, { pagination: { page_size: 20, next: null }, data: [] });
+  });
+
+  t.test('routes: 404 and 405 problems, health', async (t) => {
+    const nf = await s.call('GET', '/nope');
+    t.equal(nf.status, 404);
+    t.equal(nf.body.code, 'route_not_found');
+    const mna = await s.call('PUT', '/tokenize', { body: {} });
+    t.equal(mna.status, 405);
+    t.equal(mna.headers.get('allow'), 'POST');
+    t.equal((await s.call('GET', '/healthz', { key: null })).status, 200);
+    const ready = await s.call('GET', '/readyz', { key: null });
+    t.equal(ready.status, 200);
+    t.equal(ready.body.store, s.svc.store.kind);
+    const traced = await s.call('GET', '/healthz', { key: null, headers: { 'svc-trace-id': 'trace-abc-123' } });
+    t.equal(traced.headers.get('svc-trace-id'), 'trace-abc-123');
+  });
+}
