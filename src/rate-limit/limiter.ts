@@ -29,8 +29,9 @@
 import { Redis, type Cluster } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import type { Config, RateRuleOverride } from '../config/schema.js';
-import { ServiceError } from '../errors.js';
 import type { Logger } from '../log.js';
+import { decide, NO_LIMITS, type Outcome as AnyOutcome, type RateLimitDecision } from './decide.js';
+import { StoreHealth } from './store-health.js';
 import {
   ruleMatches,
   resolveRules,
@@ -43,6 +44,7 @@ import {
 } from './rules.js';
 
 export type { RouteGroup, KeyKind, Tier } from './rules.js';
+export type { RateLimitDecision } from './decide.js';
 
 export type RateLimitConfig = Config['rate_limits'];
 
@@ -67,11 +69,6 @@ export interface RateLimitSubject {
   legacy?: boolean;
   /** A digest of the proxy key (never the key itself). */
   proxyKeyId?: string;
-}
-
-export interface RateLimitDecision {
-  /** RateLimit-Limit / -Remaining / -Reset of the strictest matching rule; empty when none matched. */
-  headers: Record<string, string>;
 }
 
 export interface RateLimitServiceOptions {
@@ -117,15 +114,10 @@ interface TenantEntry {
   selected: Map<string, CompiledRule[]>;
 }
 
-type Outcome =
-  | { rule: CompiledRule; res: RateLimiterRes; over: boolean }
-  | { rule: CompiledRule; error: unknown };
+type Outcome = AnyOutcome<CompiledRule>;
 
-const NO_HEADERS: RateLimitDecision = Object.freeze({ headers: Object.freeze({}) as Record<string, string> });
 const TIMED_OUT: unique symbol = Symbol('timed out');
 const TIMEOUT_ERROR = new Error('rate-limit store timed out');
-
-const seconds = (ms: number): number => (ms > 0 ? Math.ceil(ms / 1000) : 0);
 
 function counterIdentity(counter: Counter, s: RateLimitSubject): string | undefined {
   switch (counter) {
@@ -140,35 +132,23 @@ function counterIdentity(counter: Counter, s: RateLimitSubject): string | undefi
   }
 }
 
-function rateLimitHeaders(o: { rule: CompiledRule; res: RateLimiterRes }): Record<string, string> {
-  return {
-    'RateLimit-Limit': String(o.rule.limits.points),
-    'RateLimit-Remaining': String(Math.max(0, o.res.remainingPoints)),
-    'RateLimit-Reset': String(seconds(o.res.msBeforeNext)),
-  };
-}
-
 export class RateLimitService {
   private readonly tenants = new Map<string, TenantEntry>();
   private readonly limiters = new Map<string, { limiter: Limiter; insurance: Limiter | undefined }>();
   private readonly redis: Redis | Cluster | undefined;
   private readonly ownsRedis: boolean;
   private readonly firstReady: Promise<void> | undefined;
+  private readonly health: StoreHealth;
   private everReady = false;
-  private failures = 0;
-  private unloggedFailures = 0;
-  private lastFailureLogAt = -Infinity;
-  private lastRecoveryLogAt = -Infinity;
-  private lastConnectionLogAt = -Infinity;
-  private degraded = false;
 
   private constructor(
     private readonly cfg: RateLimitConfig,
     private readonly log: Logger,
     redis: Redis | Cluster | undefined,
     ownsRedis: boolean,
-    private readonly failureLogIntervalMs: number,
+    failureLogIntervalMs: number,
   ) {
+    this.health = new StoreHealth(log, cfg.on_store_error, failureLogIntervalMs);
     this.redis = redis;
     this.ownsRedis = ownsRedis;
     if (redis) {
@@ -194,16 +174,16 @@ export class RateLimitService {
     const client = new Redis(cfg.url, { ...RATE_LIMIT_REDIS_OPTIONS, lazyConnect: false });
     const service = new RateLimitService(cfg, opts.log, client, true, interval);
     // Our own client: without a listener ioredis prints every failed reconnect attempt.
-    client.on('error', (err: Error) => service.noteConnectionError(err));
+    client.on('error', (err: Error) => service.health.connectionError(err));
     return service;
   }
 
   /** Counts the request on every matching rule; throws rate_limited (429) or rate_limit_unavailable (503). */
   async check(subject: RateLimitSubject): Promise<RateLimitDecision> {
-    if (!this.cfg.enabled) return NO_HEADERS;
+    if (!this.cfg.enabled) return NO_LIMITS;
     const candidates = this.rulesFor(subject);
     const n = candidates.length;
-    if (n === 0) return NO_HEADERS;
+    if (n === 0) return NO_LIMITS;
 
     const rules: CompiledRule[] = [];
     const keys: string[] = [];
@@ -214,7 +194,7 @@ export class RateLimitService {
       rules.push(rule);
       keys.push(`${subject.tenant.id}:${id}`);
     }
-    if (rules.length === 0) return NO_HEADERS;
+    if (rules.length === 0) return NO_LIMITS;
 
     let outcomes: Outcome[];
     if (this.redis) {
@@ -225,59 +205,28 @@ export class RateLimitService {
       for (let i = 0; i < rules.length; i++) outcomes.push(await consume(rules[i], rules[i].limiter, keys[i]));
     }
 
-    const failed = outcomes.some((o) => 'error' in o);
-    if (failed) {
-      this.noteStoreFailure(outcomes);
+    const failure = outcomes.find((o) => 'error' in o);
+    if (failure) {
+      this.health.failed('error' in failure ? failure.error : undefined);
       if (this.cfg.on_store_error === 'allow') {
         outcomes = await Promise.all(
           outcomes.map((o, i) => ('error' in o && o.rule.insurance ? consume(o.rule, o.rule.insurance, keys[i]) : o)),
         );
       }
-    } else if (this.degraded) {
-      this.noteStoreRecovered();
+    } else if (this.redis) {
+      this.health.ok();
     }
-    return this.decide(outcomes);
+    return decide(outcomes);
   }
 
   stats(): RateLimitStats {
-    return { storeFailures: this.failures };
+    return { storeFailures: this.health.failures };
   }
 
   async close(): Promise<void> {
     this.tenants.clear();
     this.limiters.clear();
     if (this.redis && this.ownsRedis) this.redis.disconnect();
-  }
-
-  private decide(outcomes: Outcome[]): RateLimitDecision {
-    let over: { rule: CompiledRule; res: RateLimiterRes } | undefined;
-    let strictest: { rule: CompiledRule; res: RateLimiterRes } | undefined;
-    let storeError: unknown;
-    for (const o of outcomes) {
-      if ('error' in o) {
-        storeError ??= o.error;
-        continue;
-      }
-      if (o.over) {
-        if (!over || o.res.msBeforeNext > over.res.msBeforeNext) over = o;
-      } else if (
-        !strictest ||
-        o.res.remainingPoints < strictest.res.remainingPoints ||
-        (o.res.remainingPoints === strictest.res.remainingPoints && o.res.msBeforeNext > strictest.res.msBeforeNext)
-      ) {
-        strictest = o;
-      }
-    }
-    if (over) {
-      const retryAfter = Math.max(1, seconds(over.res.msBeforeNext));
-      const headers = { ...rateLimitHeaders(over), 'RateLimit-Remaining': '0', 'RateLimit-Reset': String(retryAfter), 'Retry-After': String(retryAfter) };
-      throw new ServiceError('rate_limited', {
-        headers,
-        detail: `Rate limit "${over.rule.name}" exceeded; retry after ${retryAfter} s`,
-      });
-    }
-    if (storeError !== undefined) throw new ServiceError('rate_limit_unavailable', { cause: storeError });
-    return strictest ? { headers: rateLimitHeaders(strictest) } : NO_HEADERS;
   }
 
   /** Redis consumes, bounded by timeout_ms as a whole; unfinished ones count as store failures. */
@@ -328,7 +277,7 @@ export class RateLimitService {
 
   /** One limiter per (rule, effective limits), shared by every tenant with those limits. */
   private compile(rule: EffectiveRule): CompiledRule {
-    const limits = this.redis ? this.wholeSeconds(rule) : rule.limits;
+    const limits = this.redis ? wholeSeconds(rule.limits) : rule.limits;
     const blockSeconds = limits.mitigation.kind === 'block' ? limits.mitigation.blockSeconds : 0;
     const id = `${rule.name}|${limits.points}|${limits.durationSeconds}|${blockSeconds}`;
     let built = this.limiters.get(id);
@@ -346,72 +295,23 @@ export class RateLimitService {
           }
         : { limiter: new RateLimiterMemory(base), insurance: undefined };
       this.limiters.set(id, built);
+      if (limits !== rule.limits) this.log.warn({ rule: rule.name }, 'rate-limit windows on Redis are whole seconds; rounded up');
     }
     return { ...rule, limits, ...built };
   }
+}
 
-  /**
-   * RateLimiterRedis floors windows to whole seconds, and a window of 0 would never expire:
-   * round fractional windows up (at least 1 s) and say so once.
-   */
-  private wholeSeconds(rule: EffectiveRule): RuleLimits {
-    const up = (s: number): number => Math.max(1, Math.ceil(s));
-    const l = rule.limits;
-    const m = l.mitigation;
-    const fixed: RuleLimits = {
-      points: l.points,
-      durationSeconds: up(l.durationSeconds),
-      mitigation: m.kind === 'block' ? { kind: 'block', blockSeconds: up(m.blockSeconds) } : m,
-    };
-    if (fixed.durationSeconds !== l.durationSeconds || (m.kind === 'block' && fixed.mitigation.kind === 'block' && fixed.mitigation.blockSeconds !== m.blockSeconds)) {
-      this.log.warn({ rule: rule.name }, 'rate-limit windows on Redis are whole seconds; rounded up');
-    }
-    return fixed;
-  }
-
-  private noteStoreFailure(outcomes: Outcome[]): void {
-    this.failures++;
-    this.unloggedFailures++;
-    this.degraded = true;
-    const now = Date.now();
-    if (now - this.lastFailureLogAt < this.failureLogIntervalMs) return;
-    const first = outcomes.find((o): o is Extract<Outcome, { error: unknown }> => 'error' in o);
-    const err = first?.error;
-    this.log.warn(
-      {
-        event: 'rate_limit_store_error',
-        failures: this.unloggedFailures,
-        total_failures: this.failures,
-        on_store_error: this.cfg.on_store_error,
-        error: err instanceof Error ? err.message : String(err),
-      },
-      this.cfg.on_store_error === 'allow'
-        ? 'rate-limit store failed; counting on this instance only'
-        : 'rate-limit store failed; rejecting with 503',
-    );
-    this.lastFailureLogAt = now;
-    this.unloggedFailures = 0;
-  }
-
-  private noteStoreRecovered(): void {
-    this.degraded = false;
-    // At most once per interval too: a flapping store must not log per request.
-    const now = Date.now();
-    if (now - this.lastRecoveryLogAt < this.failureLogIntervalMs) return;
-    this.lastRecoveryLogAt = now;
-    this.log.info(
-      { event: 'rate_limit_store_recovered', unlogged_failures: this.unloggedFailures, total_failures: this.failures },
-      'rate-limit store recovered',
-    );
-  }
-
-  /** Connection errors of a client we own (reconnect attempts), once per interval. */
-  private noteConnectionError(err: Error): void {
-    const now = Date.now();
-    if (now - this.lastConnectionLogAt < this.failureLogIntervalMs) return;
-    this.lastConnectionLogAt = now;
-    this.log.warn({ event: 'rate_limit_store_connection_error', error: err.message }, 'rate-limit store connection failed; reconnecting');
-  }
+/**
+ * RateLimiterRedis floors windows to whole seconds, and a window of 0 would never expire: round
+ * fractional windows up (at least 1 s). Returns `l` itself when nothing changes.
+ */
+function wholeSeconds(l: RuleLimits): RuleLimits {
+  const up = (s: number): number => Math.max(1, Math.ceil(s));
+  const m = l.mitigation;
+  const durationSeconds = up(l.durationSeconds);
+  const blockSeconds = m.kind === 'block' ? up(m.blockSeconds) : 0;
+  if (durationSeconds === l.durationSeconds && (m.kind === 'throttle' || blockSeconds === m.blockSeconds)) return l;
+  return { points: l.points, durationSeconds, mitigation: m.kind === 'block' ? { kind: 'block', blockSeconds } : m };
 }
 
 function consume(rule: CompiledRule, limiter: Limiter, key: string): Promise<Outcome> {
