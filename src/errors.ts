@@ -16,15 +16,12 @@ export const catalogue = {
   // auth
   missing_api_key: { status: 401, title: 'An API key is required' },
   invalid_api_key: { status: 401, title: 'The API key is not valid' },
-  missing_proxy_key: { status: 401, title: 'A proxy key is required' },
-  invalid_proxy_key: { status: 401, title: 'The proxy key is not valid' },
   forbidden: { status: 403, title: 'The key lacks the permission for this operation' },
   // resources
   not_found: { status: 404, title: 'Not found' },
   route_not_found: { status: 404, title: 'No such route' },
   method_not_allowed: { status: 405, title: 'Method not allowed' },
   token_conflict: { status: 409, title: 'A token with this id already exists' },
-  idempotency_conflict: { status: 409, title: 'A request with this idempotency key is in flight' },
   // rate limits
   rate_limited: { status: 429, title: 'The request has been rate limited' },
   rate_limit_unavailable: { status: 503, title: 'The rate-limit store is unavailable' },
@@ -36,11 +33,6 @@ export const catalogue = {
   reactor_unavailable: { status: 503, title: 'The reactor host is unavailable' },
   reactor_busy: { status: 503, title: 'The reactor is at its concurrency limit' },
   reactor_invalid_output: { status: 500, title: 'The reactor returned an invalid result' },
-  // proxy
-  proxy_not_found: { status: 404, title: 'No proxy for this key' },
-  destination_unreachable: { status: 502, title: 'The proxy destination is unreachable' },
-  destination_timeout: { status: 504, title: 'The proxy destination timed out' },
-  leak_detected: { status: 422, title: 'The outgoing request contains a card number' },
   // service
   store_unavailable: { status: 503, title: 'The token store is unavailable' },
   internal_error: { status: 500, title: 'Internal error' },
