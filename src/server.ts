@@ -38,16 +38,17 @@ const CVC_PURGE_INTERVAL_MS = 60_000;
 
 export async function startService(config: LoadedConfig, opts: StartOptions = {}): Promise<RunningService> {
   const log = opts.log ?? createLogger(config.log.level);
-  const store = await createStore(config.store);
+  // The master key first: a missing or bad key fails before any connection is made.
+  const master = loadMasterKey({
+    fromEnv: config.masterKeyFromEnv,
+    file: config.secrets.master_key_file,
+    storeKind: config.store.kind,
+    dataDir: dirname(resolve(config.store.path)),
+    warn: (msg) => log.warn(msg),
+  });
+  const store = await createStore(config.store, { log });
   const cleanups: Array<() => Promise<void> | void> = [() => store.close()];
   try {
-    const master = loadMasterKey({
-      fromEnv: config.masterKeyFromEnv,
-      file: config.secrets.master_key_file,
-      storeKind: config.store.kind,
-      dataDir: dirname(resolve(config.store.path)),
-      warn: (msg) => log.warn(msg),
-    });
     const ring = await KeyRing.open(master, store);
     master.fill(0);
     const tokens = new TokenService(store, ring, {
