@@ -21,7 +21,8 @@ import { applyPatch } from './patch.js';
 /** What the vault needs from the crypto layer (crypto/keyring.ts implements it). */
 export interface VaultCrypto {
   seal(plaintext: string, aad: string): string;
-  unseal(sealed: string, aad: string): string;
+  /** Opens a sealed value; reloads the key ring once when another instance rotated in a new key. */
+  unsealOrRefresh(sealed: string, aad: string): Promise<string>;
   fingerprint(tenantId: string, type: string, value: string): string;
   indexHash(tenantId: string, value: string): string;
 }
@@ -166,7 +167,7 @@ export class TokenService {
   async read(p: Principal, id: string): Promise<TokenRecord> {
     const t = await this.guard(() => this.store.get(p.tenant.id, id));
     if (!t) throw new ServiceError('not_found', { detail: 'No token with this id' });
-    return this.shape(t, this.authorize(p, 'token:read', t.container));
+    return await this.shape(t, this.authorize(p, 'token:read', t.container));
   }
 
   /** PATCH /tokens/{id} (RFC 7396 merge patch). */
@@ -174,7 +175,7 @@ export class TokenService {
     const t = await this.guard(() => this.store.get(p.tenant.id, id));
     if (!t) throw new ServiceError('not_found', { detail: 'No token with this id' });
     this.authorize(p, 'token:update', t.container);
-    const current = this.plaintext(t);
+    const current = await this.plaintext(t);
     const next = applyPatch(t, current, patch, this.now());
     const errors: FieldErrors = {};
     const record = this.buildRecord(p, next.def, t.id, t.created_at, this.now(), errors);
@@ -188,7 +189,7 @@ export class TokenService {
     record.modified_at = new Date(this.now()).toISOString();
     if (!(await this.guard(() => this.store.update(record)))) throw new ServiceError('not_found', { detail: 'No token with this id' });
     const readGrant = grant(p.app, 'token:read', record.container) ?? 'redact';
-    return this.shape(record, readGrant);
+    return await this.shape(record, readGrant);
   }
 
   async remove(p: Principal, id: string): Promise<void> {
@@ -205,7 +206,7 @@ export class TokenService {
     for (const t of page.items) {
       // Tokens in containers this key may not search are left out of its pages.
       if (grant(p.app, 'token:search', t.container) === null) continue;
-      data.push(this.shape(t, grant(p.app, 'token:read', t.container) ?? 'redact'));
+      data.push(await this.shape(t, grant(p.app, 'token:read', t.container) ?? 'redact'));
     }
     return { pagination: { page_size: q.size, next: page.next }, data };
   }
@@ -224,13 +225,13 @@ export class TokenService {
   }
 
   /** Unsealed data of a stored token (cvc excluded). */
-  plaintext(t: StoredToken): string | CardData {
-    const json = this.crypto.unseal(t.sealed, dataAad(t.tenant_id, t.id));
+  async plaintext(t: StoredToken): Promise<string | CardData> {
+    const json = await this.crypto.unsealOrRefresh(t.sealed, dataAad(t.tenant_id, t.id));
     return JSON.parse(json) as string | CardData;
   }
 
-  private shape(t: StoredToken, transform: Transform): TokenRecord {
-    return readRecord(t, transform, needsPlaintext(t, transform) ? this.plaintext(t) : null);
+  private async shape(t: StoredToken, transform: Transform): Promise<TokenRecord> {
+    return readRecord(t, transform, needsPlaintext(t, transform) ? await this.plaintext(t) : null);
   }
 
   private authorize(p: Principal, permission: Permission, container: string): Transform {
