@@ -1,0 +1,52 @@
+/**
+ * The one mapping from a reactor call's failure (as the host reports it) to a ServiceError
+ * (DESIGN.md §5: isolated-vm timeout, memory and throw are converted at this edge).
+ */
+import { ServiceError } from '../errors.js';
+import type { CallFailure } from './protocol.js';
+
+/** compat.md: a thrown object with one of these `status` values passes that status through. */
+export const PASS_THROUGH_STATUSES: ReadonlySet<number> = new Set([400, 401, 402, 403, 429, 503]);
+
+/** What the mapping needs to know about the reactor (never its args). */
+export interface FailureContext {
+  timeout_ms: number;
+  memory_limit_mb: number;
+}
+
+const RETRY_AFTER = { 'Retry-After': '1' };
+
+/** compat.md: an uncaught error is a 500 "Reactor Runtime Error" with `errors: {error: [message]}`. */
+export function runtimeError(message: string): ServiceError {
+  return new ServiceError('reactor_runtime_error', { detail: 'Reactor Runtime Error', errors: { error: [message] } });
+}
+
+export function failureToError(f: CallFailure, ctx: FailureContext): ServiceError {
+  switch (f.kind) {
+    case 'user_error':
+      if (f.status !== undefined && PASS_THROUGH_STATUSES.has(f.status)) {
+        return new ServiceError('reactor_error', {
+          status: f.status,
+          detail: f.message,
+          errors: { error: [f.message] },
+          ...(f.status === 503 || f.status === 429 ? { headers: RETRY_AFTER } : {}),
+        });
+      }
+      return runtimeError(f.message);
+    case 'timeout':
+      return new ServiceError('reactor_timeout', { detail: `The reactor did not finish within ${ctx.timeout_ms} ms` });
+    case 'out_of_memory':
+      return new ServiceError('reactor_out_of_memory', { detail: `The reactor exceeded its memory limit of ${ctx.memory_limit_mb} MB` });
+    case 'invalid_output':
+      return new ServiceError('reactor_invalid_output', { detail: `The reactor returned an invalid result: ${f.message}` });
+    case 'output_too_large':
+      return new ServiceError('reactor_invalid_output', { detail: 'The reactor result exceeds the 5 MB output limit' });
+    case 'busy':
+      return new ServiceError('reactor_busy', { headers: RETRY_AFTER });
+    case 'unknown_reactor':
+      return new ServiceError('reactor_unavailable', { detail: 'The reactor is not loaded in the reactor host', headers: RETRY_AFTER });
+    case 'internal':
+      // The sandbox itself failed (not the user's code); the message is ours but stays in the log.
+      return runtimeError('the reactor sandbox failed');
+  }
+}

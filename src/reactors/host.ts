@@ -1,0 +1,121 @@
+/**
+ * The reactor host: a child process (started by ReactorRuntime with `child_process.fork`) that
+ * owns every isolate. It is the only module that loads isolated-vm.
+ *
+ * Why a process of its own: on isolated-vm 5.0.4 some memory bombs (unbounded object-property,
+ * Map or Set growth; `new Array(1e8).fill()`) end in the "catastrophic out-of-memory" path despite
+ * `memoryLimit`. Measured: isolated-vm calls onCatastrophicError, then the isolate's thread never
+ * finishes ("Script failed to terminate") and the call hangs for ever. The isolated-vm README says
+ * to end the process then, so the host kills itself at once; the main process fails the calls in
+ * flight with a 503 and starts a fresh host (src/reactors/runtime.ts).
+ */
+import { ReactorCodeError } from './isolate.js';
+import { ReactorPool, type PoolEvents } from './pool.js';
+import { parseToHost, type FromHost, type HostOptions, type HostReactorDef } from './protocol.js';
+
+const live = new Map<string, ReactorPool>();
+const staged = new Map<string, ReactorPool>();
+let options: HostOptions = { idleMs: 10_000 };
+let dying = false;
+
+function send(msg: FromHost, then?: () => void): void {
+  if (!process.connected || !process.send) return then?.();
+  try {
+    process.send(msg, undefined, {}, () => then?.());
+  } catch {
+    then?.();
+  }
+}
+
+const events: PoolEvents = {
+  onCatastrophicError(key, message) {
+    if (dying) return;
+    dying = true;
+    // Tell the main process which reactor did it, then go: waiting for the stuck isolate thread
+    // (or for process.exit's teardown, which joins it) would hang this process for ever.
+    const die = (): void => void process.kill(process.pid, 'SIGKILL');
+    setTimeout(die, 200);
+    send({ t: 'log', level: 'error', msg: `catastrophic isolate error (${message}); the reactor host exits`, reactor: key }, die);
+  },
+  log(level, msg, reactor) {
+    send({ t: 'log', level, msg, reactor });
+  },
+};
+
+async function register(id: number, def: HostReactorDef): Promise<void> {
+  staged.get(def.key)?.close();
+  staged.delete(def.key);
+  const pool = new ReactorPool(def, options.idleMs, events);
+  try {
+    await pool.init();
+    staged.set(def.key, pool);
+    send({ t: 'ack', id });
+  } catch (err) {
+    pool.close();
+    const why = err instanceof ReactorCodeError ? err.message : `could not be started: ${err instanceof Error ? err.message : String(err)}`;
+    send({ t: 'ack', id, error: why });
+  }
+}
+
+function commit(keys: string[]): void {
+  for (const key of keys) {
+    const pool = staged.get(key);
+    if (!pool) continue;
+    staged.delete(key);
+    live.get(key)?.close();
+    live.set(key, pool);
+  }
+}
+
+function discard(keys: string[]): void {
+  for (const key of keys) {
+    staged.get(key)?.close();
+    staged.delete(key);
+  }
+}
+
+async function invoke(id: number, key: string, args: string): Promise<void> {
+  const pool = live.get(key);
+  const result = pool ? await pool.invoke(args) : { ok: false as const, failure: { kind: 'unknown_reactor' as const }, logs: [] };
+  send({ t: 'done', id, result });
+}
+
+function onMessage(raw: unknown): void {
+  const msg = parseToHost(raw);
+  if (!msg) {
+    send({ t: 'log', level: 'warn', msg: 'reactor host dropped a malformed message' });
+    return;
+  }
+  switch (msg.t) {
+    case 'init':
+      options = msg.options;
+      return;
+    case 'register':
+      void register(msg.id, msg.def);
+      return;
+    case 'commit':
+      commit(msg.keys);
+      send({ t: 'ack', id: msg.id });
+      return;
+    case 'discard':
+      discard(msg.keys);
+      send({ t: 'ack', id: msg.id });
+      return;
+    case 'invoke':
+      void invoke(msg.id, msg.key, msg.args);
+      return;
+    case 'ping':
+      send({ t: 'ack', id: msg.id });
+      return;
+  }
+}
+
+if (process.send) {
+  process.on('message', onMessage);
+  // The main process is gone (or closed us): nothing left to serve.
+  process.on('disconnect', () => {
+    for (const pool of [...live.values(), ...staged.values()]) pool.close();
+    process.exit(0);
+  });
+  send({ t: 'ready' });
+}
