@@ -6,6 +6,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { healthRoutes } from './api/health.js';
+import { managementRoutes } from './api/management.js';
 import { tokenRoutes } from './api/tokens.js';
 import { KeyIndex } from './auth/keys.js';
 import type { LoadedConfig } from './config/load.js';
@@ -15,6 +16,8 @@ import { createClientIp } from './http/client-ip.js';
 import type { Route } from './http/context.js';
 import { createPipeline } from './http/pipeline.js';
 import { createLogger, type Logger } from './log.js';
+import { RateLimitService } from './rate-limit/limiter.js';
+import { createRateLimitStage } from './rate-limit/stage.js';
 import { createStore } from './store/factory.js';
 import type { TokenStore } from './store/types.js';
 import { TokenService } from './vault/service.js';
@@ -55,7 +58,9 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       maxDepth: config.server.max_depth,
       cvcRetentionMs: config.store.cvc_retention_seconds * 1000,
     });
-    const routes: Route[] = [...healthRoutes(store), ...tokenRoutes(tokens)];
+    const limits = RateLimitService.create(config.rate_limits, { log });
+    cleanups.push(() => limits.close());
+    const routes: Route[] = [...healthRoutes(store), ...tokenRoutes(tokens), ...managementRoutes()];
     const handler = createPipeline({
       routes,
       keys: new KeyIndex(config.tenants),
@@ -63,6 +68,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       bodyLimit: config.server.body_limit_bytes,
       maxDepth: config.server.max_depth,
       clientIp: createClientIp(config.server.trust_proxy),
+      rateLimits: createRateLimitStage(limits),
     });
     const server = createServer({ requestTimeout: config.server.request_timeout_ms, keepAliveTimeout: 65_000 }, handler);
     cleanups.unshift(() => closeServer(server));

@@ -6,6 +6,8 @@ import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import type { z } from 'zod';
+import { parseCidr } from '../http/client-ip.js';
+import { validateCustomRateLimits } from '../rate-limit/rules.js';
 import { configSchema, PUBLIC_PERMISSIONS, type Config } from './schema.js';
 
 /** Spec: maximum code length accepted by a Reactor (also for proxy code transforms). */
@@ -94,10 +96,17 @@ export function buildConfig(raw: unknown, opts: { source?: string | null; env?: 
 /** Cross-field rules the schema cannot say alone. */
 function checkReferences(cfg: Config): string[] {
   const problems: string[] = [];
+  cfg.server.trust_proxy.forEach((c, i) => {
+    if (!parseCidr(c)) problems.push(`server.trust_proxy[${i}]: not an IP address or CIDR`);
+  });
+  if (cfg.rate_limits.enabled && cfg.rate_limits.store === 'redis' && !cfg.rate_limits.url) {
+    problems.push('rate_limits.url: required when rate_limits.store is redis');
+  }
   const tenantIds = new Set<string>();
   const keys = new Set<string>();
   cfg.tenants.forEach((t, ti) => {
     const at = `tenants[${ti}]`;
+    for (const p of validateCustomRateLimits(t.rate_limit_tier, t.custom_rate_limits)) problems.push(`${at}.custom_rate_limits: ${p}`);
     if (tenantIds.has(t.id.toLowerCase())) problems.push(`${at}.id: duplicate tenant id`);
     tenantIds.add(t.id.toLowerCase());
     t.applications.forEach((a, ai) => {

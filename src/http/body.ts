@@ -10,16 +10,38 @@ export async function readBody(req: IncomingMessage, limit: number): Promise<Buf
   if (declared !== undefined && Number(declared) > limit) {
     throw new ServiceError('body_too_large', { detail: `The body limit is ${limit} bytes` });
   }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limit) {
-      throw new ServiceError('body_too_large', { detail: `The body limit is ${limit} bytes` });
-    }
-    chunks.push(chunk);
-  }
-  return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+  // Listeners rather than `for await`: leaving an async iterator early destroys the request,
+  // and with it the socket the 413 must be written to.
+  return new Promise<Buffer>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const cleanup = () => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        cleanup();
+        req.pause();
+        reject(new ServiceError('body_too_large', { detail: `The body limit is ${limit} bytes` }));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => {
+      cleanup();
+      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    };
+    const onError = (err: Error) => {
+      cleanup();
+      reject(err);
+    };
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onError);
+  });
 }
 
 /** The media type of a Content-Type header, lower case, without parameters. */

@@ -101,13 +101,25 @@ export function safeError(err: unknown): Record<string, unknown> | undefined {
   return { type: err.name, ...(code ? { code } : {}), stack: err.stack?.split('\n').slice(1, 6).join('\n') };
 }
 
+/** Unread request bodies up to this size are drained so the connection can stay open. */
+const DRAIN_LIMIT = 64 * 1024;
+
 /**
- * Answers with the problem. An unread request body is discarded (up to a bound) so a
- * keep-alive client is not left writing into a closed socket; a larger one closes the connection.
+ * Answers with the problem. A small unread body (e.g. of a 401 or 429, refused before reading)
+ * is drained first so a keep-alive client keeps its connection; a large or unknown-length one
+ * closes the connection instead of being read.
  */
 function drainAndAnswer(req: IncomingMessage, res: ServerResponse, err: unknown, headers: Record<string, string>): void {
   if (req.complete || req.readableEnded) {
     sendProblem(res, err, headers);
+    return;
+  }
+  const te = req.headers['transfer-encoding'];
+  const declared = req.headers['content-length'] === undefined ? (te === undefined ? 0 : Infinity) : Number(req.headers['content-length']);
+  if (declared <= DRAIN_LIMIT) {
+    req.on('end', () => sendProblem(res, err, headers));
+    req.on('error', () => res.destroy());
+    req.resume();
     return;
   }
   sendProblem(res, err, { ...headers, connection: 'close' });

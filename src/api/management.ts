@@ -1,0 +1,35 @@
+/**
+ * Read-only management routes for management keys: the tenant's configured applications,
+ * proxies and reactors, with every key, secret, code and configuration value left out.
+ */
+import type { TenantConfig } from '../config/schema.js';
+import type { Route } from '../http/context.js';
+import { sendJson } from '../http/respond.js';
+
+const views = {
+  applications: (t: TenantConfig) =>
+    t.applications.map((a) => ({ id: a.id, name: a.name, type: a.type, permissions: a.permissions, rules: a.rules, legacy: a.legacy })),
+  proxies: (t: TenantConfig) =>
+    t.proxies.map((p) => ({
+      id: p.id, name: p.name, destination_url: p.destination_url, require_auth: p.require_auth, timeout_ms: p.timeout_ms,
+      leak_guard: p.leak_guard,
+      request_transforms: p.request_transforms.map((x) => x.type),
+      response_transforms: p.response_transforms.map((x) => x.type),
+    })),
+  reactors: (t: TenantConfig) =>
+    t.reactors.map((r) => ({
+      id: r.id, name: r.name, timeout_ms: r.timeout_ms, warm_concurrency: r.warm_concurrency,
+      max_concurrency: r.max_concurrency, memory_limit_mb: r.memory_limit_mb,
+    })),
+};
+
+export function managementRoutes(): Route[] {
+  return (Object.keys(views) as Array<keyof typeof views>).map((name) => ({
+    method: 'GET',
+    path: `/${name}`,
+    group: 'management',
+    auth: 'api',
+    kinds: ['management'],
+    handle: async (ctx) => sendJson(ctx.res, 200, { data: views[name](ctx.principal!.tenant) }, ctx.headers),
+  }));
+}
