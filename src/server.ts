@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { healthRoutes } from './api/health.js';
 import { managementRoutes } from './api/management.js';
+import { reactorDefinitions, reactorRoutes } from './api/reactors.js';
 import { tokenRoutes } from './api/tokens.js';
 import { KeyIndex } from './auth/keys.js';
 import type { LoadedConfig } from './config/load.js';
@@ -18,6 +19,7 @@ import { createPipeline } from './http/pipeline.js';
 import { createLogger, type Logger } from './log.js';
 import { RateLimitService } from './rate-limit/limiter.js';
 import { createRateLimitStage } from './rate-limit/stage.js';
+import { ReactorRuntime } from './reactors/runtime.js';
 import { createStore } from './store/factory.js';
 import type { TokenStore } from './store/types.js';
 import { TokenService } from './vault/service.js';
@@ -60,7 +62,16 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     });
     const limits = RateLimitService.create(config.rate_limits, { log });
     cleanups.push(() => limits.close());
-    const routes: Route[] = [...healthRoutes(store), ...tokenRoutes(tokens), ...managementRoutes()];
+    // The reactor host process starts only when some tenant has reactors; the main process never
+    // loads isolated-vm itself.
+    const reactors = reactorDefinitions(config.tenants);
+    let runtime: ReactorRuntime | null = null;
+    if (reactors.length > 0) {
+      runtime = await ReactorRuntime.start({ log });
+      cleanups.push(() => runtime!.close());
+      await runtime.register(reactors);
+    }
+    const routes: Route[] = [...healthRoutes(store), ...tokenRoutes(tokens), ...managementRoutes(), ...reactorRoutes(runtime, tokens)];
     const handler = createPipeline({
       routes,
       keys: new KeyIndex(config.tenants),
