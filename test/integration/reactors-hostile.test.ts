@@ -1,0 +1,86 @@
+/**
+ * Hostile reactor code over HTTP. Each bomb runs while another client keeps calling /tokenize:
+ * every /tokenize call must still answer 200, the bomb must get an error response, the main
+ * process must never exit (it is this test process), and a normal reactor must work afterwards.
+ */
+import t from 'tap';
+import { baseConfig, startTestService, type TestService } from '../helpers/service.js';
+
+const wrap = (body: string) => `module.exports = async function (req) { ${body} };`;
+const BOMBS: Record<string, string> = {
+  busy_loop: wrap('while (true) {}'),
+  async_loop: wrap('for (;;) { await Promise.resolve(); }'),
+  object_growth: wrap('const o = {}; for (let i = 0; ; i++) o["k" + i] = i;'),
+  map_growth: wrap('const m = new Map(); for (let i = 0; ; i++) m.set(i, { i });'),
+  huge_array: wrap('const a = new Array(1e8); a.fill(1); return { raw: a.length };'),
+  string_doubling: wrap('let s = "x"; for (;;) s = s + s;'),
+  array_buffer_1gb: wrap('const b = new ArrayBuffer(1024 * 1024 * 1024); return { raw: b.byteLength };'),
+  reach_process: wrap('return { raw: typeof process === "undefined" ? "none" : process.pid };'),
+  reach_require: wrap('return { raw: require("fs").readdirSync("/") };'),
+  constructor_escape: wrap('return { raw: globalThis.constructor.constructor("return process")().pid };'),
+  function_escape: wrap('return { raw: Function("return this")().process.mainModule.require("child_process").execSync("id").toString() };'),
+  output_over_5mb: wrap('return { raw: "x".repeat(6 * 1024 * 1024) };'),
+};
+const NORMAL = wrap('return { raw: { ok: req.args } };');
+
+function config(): Record<string, unknown> {
+  const cfg = baseConfig() as { tenants: Array<Record<string, unknown>>; server?: unknown };
+  cfg.tenants[0]!.reactors = [
+    ...Object.entries(BOMBS).map(([id, code]) => ({ id, name: id, code, timeout_ms: 1000, memory_limit_mb: 64 })),
+    { id: 'normal', name: 'normal', code: NORMAL },
+  ];
+  return cfg;
+}
+
+async function whileTokenizing(s: TestService, work: () => Promise<void>): Promise<{ calls: number; failures: number }> {
+  let done = false;
+  let calls = 0;
+  let failures = 0;
+  const loop = (async () => {
+    while (!done) {
+      const r = await s.call('POST', '/tokenize', { body: { v: 'keep-serving' } }).catch(() => ({ status: 0 }));
+      calls++;
+      if (r.status !== 200) failures++;
+      await new Promise((res) => setTimeout(res, 10));
+    }
+  })();
+  try {
+    await work();
+  } finally {
+    done = true;
+    await loop;
+  }
+  return { calls, failures };
+}
+
+t.test('hostile reactors never take the service down', async (t) => {
+  const s = await startTestService(t, { config: config() });
+  const pid = process.pid;
+  for (const id of Object.keys(BOMBS)) {
+    await t.test(id, async (t) => {
+      let status = 0;
+      let code = '';
+      let text = '';
+      const served = await whileTokenizing(s, async () => {
+        const r = await s.call('POST', `/reactors/${id}/react`, { body: { args: {} } });
+        status = r.status;
+        code = r.body?.code;
+        text = r.text;
+      });
+      if (id === 'reach_process') t.same(JSON.parse(text), { raw: 'none', tokens: null }, 'process does not exist in the sandbox');
+      else t.ok(status >= 400, `the bomb got an error (${status} ${code})`);
+      t.notMatch(text, /uid=\d+/, 'no command ran');
+      t.ok(served.calls > 0, `/tokenize was called ${served.calls} times meanwhile`);
+      t.equal(served.failures, 0, '/tokenize kept answering 200');
+      t.equal(process.pid, pid, 'the main process is alive');
+      // The host may be restarting after a catastrophic error: a normal call must succeed soon.
+      let ok = false;
+      for (let i = 0; i < 50 && !ok; i++) {
+        const r = await s.call('POST', '/reactors/normal/react', { body: { args: 1 } });
+        ok = r.status === 200 && r.body.raw.ok === 1;
+        if (!ok) await new Promise((res) => setTimeout(res, 200));
+      }
+      t.ok(ok, 'a normal reactor works afterwards');
+    });
+  }
+});
