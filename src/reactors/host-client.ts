@@ -66,6 +66,7 @@ export class HostProcess {
       }, opts.startTimeoutMs);
       host.onReady = () => {
         clearTimeout(timer);
+        host.startHeartbeat(opts);
         host.post({ t: 'init', options: { idleMs: opts.idleMs } });
         resolve(host);
       };
@@ -96,9 +97,14 @@ export class HostProcess {
         if (line.trim()) this.log.warn({ reactorHost: child.pid }, line.slice(0, 500));
       });
     }
+  }
+
+  /** Pings the host from the moment it is ready; a silent host is killed (its loop is stuck). */
+  private startHeartbeat(opts: SpawnOptions): void {
+    this.lastAnswer = Date.now();
     this.heartbeat = setInterval(() => {
       if (Date.now() - this.lastAnswer > opts.hangMs) {
-        this.log.error({ reactorHost: child.pid }, 'reactor host stopped answering; killing it');
+        this.log.error({ reactorHost: this.child.pid }, 'reactor host stopped answering; killing it');
         this.kill();
         return;
       }

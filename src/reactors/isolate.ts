@@ -135,7 +135,7 @@ export class Sandbox {
           if (produced) compiled.cachedData = produced;
         }
       } catch (err) {
-        throw new ReactorCodeError(`does not compile: ${messageOf(err)}`);
+        throw new ReactorCodeError(`does not compile: ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`);
       }
       try {
         await script.run(context, { timeout: def.timeout_ms, release: true });

@@ -27,6 +27,11 @@ export interface ReactorRuntimeOptions {
   log: Logger;
   /** The host entry; defaults to host.ts next to this file under a TS loader, host.js when compiled. */
   hostPath?: string;
+  /**
+   * Node flags for the host. Default: this process's own (so a TS loader applies to host.ts too),
+   * minus debugger flags; --no-node-snapshot is always added (isolated-vm needs it).
+   */
+  execArgv?: string[];
   /** Extra (cold-started) isolates idle this long are disposed. Default 10 s. */
   idleMs?: number;
   /** How long a call waits for a restarting host before it gets 503. Default 5 s. */
@@ -49,19 +54,15 @@ const MAX_RESTART_DELAY_MS = 5000;
 /** A host that lived this long resets the crash-loop backoff. */
 const STABLE_AFTER_MS = 30_000;
 
-function defaultHost(): { path: string; execArgv: string[] } {
+/** host.ts next to this file when running from source under a TS loader, host.js from dist/. */
+function defaultHostPath(): string {
   const here = fileURLToPath(import.meta.url);
-  const ts = here.endsWith('.ts');
-  const path = join(dirname(here), ts ? 'host.ts' : 'host.js');
-  return { path, execArgv: hostExecArgv() };
+  return join(dirname(here), here.endsWith('.ts') ? 'host.ts' : 'host.js');
 }
 
-/**
- * The parent's flags (so a TS loader under tests applies to the host too), minus debugger flags
- * (the port would clash), plus --no-node-snapshot, which isolated-vm requires.
- */
-function hostExecArgv(): string[] {
-  const argv = process.execArgv.filter((a) => !/^--(inspect|debug)/.test(a));
+/** Debugger flags are dropped (the port would clash); isolated-vm requires --no-node-snapshot. */
+function hostExecArgv(base: readonly string[]): string[] {
+  const argv = base.filter((a) => !/^--(inspect|debug)/.test(a));
   if (!argv.includes('--no-node-snapshot')) argv.push('--no-node-snapshot');
   return argv;
 }
@@ -90,14 +91,14 @@ export class ReactorRuntime {
   ) {}
 
   static async start(opts: ReactorRuntimeOptions): Promise<ReactorRuntime> {
-    const def = defaultHost();
-    const hostPath = opts.hostPath ?? def.path;
+    const hostPath = opts.hostPath ?? defaultHostPath();
+    const execArgv = hostExecArgv(opts.execArgv ?? process.execArgv);
     if (!existsSync(hostPath)) throw new Error(`reactor host entry not found: ${hostPath}`);
     const log = opts.log.child({ component: 'reactors' });
     const spawnHost = (): Promise<HostProcess> =>
       HostProcess.spawn({
         hostPath,
-        execArgv: def.execArgv,
+        execArgv,
         serialization: opts.serialization ?? 'json',
         log,
         idleMs: opts.idleMs ?? 10_000,
@@ -152,7 +153,7 @@ export class ReactorRuntime {
         error = await host.ack({ t: 'register', def: d });
       } catch (err) {
         if (!(err instanceof HostGoneError)) throw err;
-        problems.push(`reactor "${d.name}" (${d.key}): crashed the reactor host while starting`);
+        problems.push(`reactor "${d.name}" (${d.key}): crashed the reactor host while starting (${err.message})`);
         break;
       }
       if (error === undefined) staged.push(d.key);

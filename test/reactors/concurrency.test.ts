@@ -1,0 +1,107 @@
+/**
+ * Concurrency (spec: hot concurrency 1, cold starts for concurrent calls; issue 4): concurrent
+ * calls beyond the warm isolates cold-start extra ones up to max_concurrency, then queue (bounded),
+ * then get reactor_busy; idle extras are disposed; a broken isolate is replaced, never reused.
+ */
+import t from 'tap';
+import { ReactorRuntime } from '../../src/reactors/runtime.js';
+import { captureLog, fastHostExecArgv, reactor, serviceError } from './helpers.js';
+
+const cap = captureLog();
+const runtime = await ReactorRuntime.start({ log: cap.log, idleMs: 300, execArgv: fastHostExecArgv() });
+t.teardown(() => runtime.close());
+
+/** Each isolate has its own id (set by top-level code); calls spin for `args.ms`. */
+const SPINNER = `
+const isolateId = Math.random().toString(36).slice(2);
+let calls = 0;
+module.exports = async function ({ args }) {
+  calls++;
+  if (args.mode === 'loop') while (true) {}
+  if (args.mode === 'throw') throw new Error('user error');
+  const end = Date.now() + (args.ms || 0);
+  while (Date.now() < end) {}
+  // Deterministic work, so concurrent and sequential results can be compared.
+  let h = 2166136261;
+  for (const c of String(args.input)) h = Math.imul(h ^ c.charCodeAt(0), 16777619) >>> 0;
+  return { raw: { hash: h, input: args.input }, isolateId, calls };
+};`;
+
+t.before(() =>
+  runtime.register([
+    reactor('c/default', SPINNER, { warm_concurrency: 1, max_concurrency: 8, queue_limit: 100 }),
+    reactor('c/narrow', SPINNER, { warm_concurrency: 1, max_concurrency: 2, queue_limit: 100 }),
+    reactor('c/tiny', SPINNER, { warm_concurrency: 1, max_concurrency: 1, queue_limit: 1, timeout_ms: 3000 }),
+    reactor('c/idle', SPINNER, { warm_concurrency: 1, max_concurrency: 4 }),
+    reactor('c/recycle', SPINNER, { max_concurrency: 1, timeout_ms: 300 }),
+  ]),
+);
+
+interface Out {
+  raw: { hash: number; input: string };
+  isolateId: string;
+  calls: number;
+}
+const call = (key: string, args: Record<string, unknown>): Promise<Out> => runtime.invoke(key, { args }) as Promise<Out>;
+
+t.test('8 concurrent calls with warm_concurrency 1 all succeed, as 8 sequential calls do', async (t) => {
+  const inputs = Array.from({ length: 8 }, (_, i) => `payment-${i}-${'x'.repeat(i * 100)}`);
+  const sequential: Out[] = [];
+  for (const input of inputs) sequential.push(await call('c/default', { input, ms: 30 }));
+  const concurrent = await Promise.all(inputs.map((input) => call('c/default', { input, ms: 30 })));
+  t.same(
+    concurrent.map((o) => o.raw),
+    sequential.map((o) => o.raw),
+  );
+  t.ok(new Set(concurrent.map((o) => o.isolateId)).size > 1, 'extra isolates were cold-started');
+  t.equal(new Set(sequential.map((o) => o.isolateId)).size, 1, 'sequential calls all ran on the warm isolate');
+
+  // Beyond max_concurrency the calls queue, and still all succeed.
+  const queued = await Promise.all(inputs.map((input) => call('c/narrow', { input, ms: 30 })));
+  t.same(
+    queued.map((o) => o.raw),
+    sequential.map((o) => o.raw),
+  );
+  t.ok(new Set(queued.map((o) => o.isolateId)).size <= 2, 'never more than max_concurrency isolates');
+});
+
+t.test('a full queue answers reactor_busy (503, Retry-After)', async (t) => {
+  const results = await Promise.allSettled([
+    call('c/tiny', { input: 'a', ms: 300 }),
+    call('c/tiny', { input: 'b', ms: 10 }),
+    call('c/tiny', { input: 'c', ms: 10 }),
+  ]);
+  t.equal(results[0]?.status, 'fulfilled', 'the running call');
+  t.equal(results[1]?.status, 'fulfilled', 'the queued call');
+  const third = results[2];
+  t.equal(third?.status, 'rejected');
+  if (third?.status === 'rejected') {
+    t.match(third.reason, { code: 'reactor_busy', status: 503, headers: { 'Retry-After': '1' } });
+  }
+});
+
+t.test('extra isolates are reused while warm and disposed when idle; the warm one stays', async (t) => {
+  const burst = async (): Promise<Set<string>> =>
+    new Set((await Promise.all([0, 1, 2, 3].map((i) => call('c/idle', { input: String(i), ms: 200 })))).map((o) => o.isolateId));
+  const first = await burst();
+  t.equal(first.size, 4, 'one warm + three cold-started isolates');
+  const again = await burst();
+  t.same([...again].sort(), [...first].sort(), 'immediately after, the same four serve');
+  await new Promise((r) => setTimeout(r, 900));
+  const later = await burst();
+  const kept = [...later].filter((id) => first.has(id));
+  t.equal(kept.length, 1, 'after the idle time only the warm isolate is left');
+});
+
+t.test('a user error keeps the isolate; a timeout replaces it', async (t) => {
+  const a = await call('c/recycle', { input: 'a' });
+  await serviceError(runtime.invoke('c/recycle', { args: { mode: 'throw' } }));
+  const b = await call('c/recycle', { input: 'b' });
+  t.equal(b.isolateId, a.isolateId, 'same isolate after a user error');
+  t.equal(b.calls, a.calls + 2);
+  const err = await serviceError(runtime.invoke('c/recycle', { args: { mode: 'loop' } }));
+  t.equal(err.code, 'reactor_timeout');
+  const c = await call('c/recycle', { input: 'c' });
+  t.not(c.isolateId, a.isolateId, 'a new isolate after the timeout');
+  t.equal(c.calls, 1);
+});

@@ -1,0 +1,133 @@
+/**
+ * Hostile reactor code (issue 4): CPU and memory bombs, and attempts to reach the host. Each must
+ * end in an error for its own call, never crash this (main) process, and leave the runtime able to
+ * serve a normal reactor right after, while another client keeps calling a normal reactor.
+ *
+ * Some memory bombs (object-property, Map, Set growth; `new Array(1e8).fill()`) hit isolated-vm
+ * 5.0.4's catastrophic out-of-memory path, which takes the host process down: those calls get
+ * reactor_unavailable (503) and the runtime restarts the host.
+ */
+import t from 'tap';
+import { ServiceError } from '../../src/errors.js';
+import { ReactorRuntime } from '../../src/reactors/runtime.js';
+import { captureLog, fastHostExecArgv, fn, reactor, serviceError } from './helpers.js';
+
+const cap = captureLog();
+const runtime = await ReactorRuntime.start({ log: cap.log, restartWaitMs: 10_000, execArgv: fastHostExecArgv() });
+t.teardown(() => runtime.close());
+
+const MEMORY = ['reactor_out_of_memory', 'reactor_unavailable', 'reactor_runtime_error'];
+
+/** [name, body, error codes that count as "stopped"] */
+const bombs: Array<[string, string, string[]]> = [
+  ['while-true', 'while (true) {}', ['reactor_timeout']],
+  ['async-loop', 'for (;;) { await null; }', ['reactor_timeout']],
+  ['object-properties', 'const o = {}; for (let i = 0; ; i++) o["k" + i] = i;', MEMORY],
+  ['map-growth', 'const m = new Map(); for (let i = 0; ; i++) m.set("k" + i, i);', MEMORY],
+  ['set-growth', 'const s = new Set(); for (let i = 0; ; i++) s.add(i);', MEMORY],
+  ['array-1e8-fill', 'const a = new Array(1e8); a.fill(0); return a.length;', MEMORY],
+  ['array-1e8-returned', 'return { raw: new Array(1e8) };', [...MEMORY, 'reactor_invalid_output', 'reactor_timeout']],
+  ['array-push', 'const a = []; for (;;) a.push({ x: a.length });', MEMORY],
+  ['string-doubling', 'let s = "x"; for (;;) s += s;', MEMORY],
+  ['arraybuffer-1gb', 'return new ArrayBuffer(1024 * 1024 * 1024).byteLength;', MEMORY],
+  ['typed-array-2gb', 'return new Uint8Array(2 ** 31).length;', MEMORY],
+  ['deep-recursion', 'const f = (n) => f(n + 1) + 1; return f(0);', ['reactor_runtime_error']],
+  ['output-over-5mb', 'return "x".repeat(6 * 1024 * 1024);', ['reactor_invalid_output', ...MEMORY]],
+  ['never-settles', 'await new Promise(() => {});', ['reactor_timeout']],
+];
+
+/** Escapes: each must throw inside the sandbox (a 500 for its own call), never reach the host. */
+const escapes: Array<[string, string]> = [
+  ['process', 'return process.pid;'],
+  ['require', 'return require("fs").readdirSync("/");'],
+  ['constructor-constructor', 'return globalThis.constructor.constructor("return process")().pid;'],
+  ['function-this', 'return Function("return this")().process.mainModule;'],
+  ['new-function-require', 'return new Function("return require")()("child_process");'],
+  ['console-constructor', 'return console.log.constructor("return process")().env;'],
+  ['eval-process', 'return eval("process").pid;'],
+  ['dynamic-import', 'const fs = await import("fs"); return fs.readdirSync("/");'],
+  ['async-function-ctor', 'const AF = (async () => {}).constructor; return (await AF("return process")()).pid;'],
+  ['timers', 'return await new Promise((r) => setTimeout(r, 10));'],
+  ['fetch', 'return (await fetch("http://127.0.0.1/")).status;'],
+  ['webassembly', 'return WebAssembly.Memory.name;'],
+  ['harness-hook', 'return __tp_define.toString();'],
+  ['stack-frames', `
+    Error.prepareStackTrace = (_, frames) => frames.map((f) => typeof f.getThis() + ':' + (f.getFunction() ? 'fn' : 'none'));
+    const frames = new Error().stack;
+    // Only the sandbox's own frames are visible; none carries a host object.
+    const host = frames.map((x) => x).filter(() => typeof process !== 'undefined');
+    if (host.length) return host;
+    throw new Error('no host frames: ' + frames.length);`],
+];
+
+t.before(() =>
+  runtime.register([
+    reactor('h/normal', fn('return { raw: { double: req.args.n * 2 } };')),
+    ...bombs.map(([name, body]) => reactor(`h/${name}`, fn(body), { timeout_ms: 500, memory_limit_mb: 16 })),
+    ...escapes.map(([name, body]) => reactor(`h/escape-${name}`, fn(body), { timeout_ms: 1000 })),
+  ]),
+);
+
+/**
+ * Keeps calling the normal reactor until stopped. Calls may fail with 503 only while a host is
+ * being replaced; every other outcome must be the right answer.
+ */
+function backgroundClient(): { stop(): Promise<{ ok: number; unavailable: number; wrong: unknown[] }> } {
+  let running = true;
+  const tally = { ok: 0, unavailable: 0, wrong: [] as unknown[] };
+  const loop = (async () => {
+    for (let n = 0; running; n++) {
+      try {
+        const out = await runtime.invoke('h/normal', { args: { n } });
+        if (JSON.stringify(out) === JSON.stringify({ raw: { double: n * 2 } })) tally.ok++;
+        else tally.wrong.push(out);
+      } catch (err) {
+        if (err instanceof ServiceError && err.code === 'reactor_unavailable') tally.unavailable++;
+        else tally.wrong.push(err);
+      }
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  })();
+  return {
+    async stop() {
+      running = false;
+      await loop;
+      return tally;
+    },
+  };
+}
+
+t.test('bombs end in an error for their own call; the runtime keeps serving', async (t) => {
+  for (const [name, , codes] of bombs) {
+    const client = backgroundClient();
+    const pidBefore = runtime.hostPid;
+    const started = performance.now();
+    const err = await serviceError(runtime.invoke(`h/${name}`, { args: null }));
+    const took = Math.round(performance.now() - started);
+    t.ok(codes.includes(err.code), `${name}: ${err.code} (${err.status}) after ${took} ms`);
+    t.ok(err.status >= 500, `${name}: a 5xx`);
+    // Right after: a normal call is served (after a host restart when the bomb took it down).
+    t.same(await runtime.invoke('h/normal', { args: { n: 21 } }), { raw: { double: 42 } }, `${name}: normal call served`);
+    const tally = await client.stop();
+    t.same(tally.wrong, [], `${name}: the other client only ever got right answers or 503`);
+    t.ok(tally.ok > 0, `${name}: the other client was served (${tally.ok} ok, ${tally.unavailable} × 503)`);
+    if (err.code === 'reactor_unavailable') t.not(runtime.hostPid, pidBefore, `${name}: the host was replaced`);
+    else t.equal(runtime.hostPid, pidBefore, `${name}: the host survived`);
+  }
+});
+
+t.test('escape attempts throw inside the sandbox', async (t) => {
+  for (const [name] of escapes) {
+    const err = await serviceError(runtime.invoke(`h/escape-${name}`, { args: null }));
+    t.equal(err.code, 'reactor_runtime_error', `${name}: ${err.errors?.error?.[0] ?? err.message}`);
+  }
+  t.same(await runtime.invoke('h/normal', { args: { n: 1 } }), { raw: { double: 2 } });
+});
+
+t.test('the host restarts are in the log, with the reactor that caused them', async (t) => {
+  const entries = cap.entries();
+  const catastrophic = entries.filter((e) => typeof e.msg === 'string' && e.msg.startsWith('catastrophic isolate error'));
+  t.ok(catastrophic.length >= 1, 'catastrophic errors are reported');
+  t.ok(catastrophic.every((e) => typeof e.reactor === 'string' && e.reactor.startsWith('h/')), 'naming the reactor');
+  t.ok(entries.some((e) => e.msg === 'reactor host restarted'));
+});

@@ -1,0 +1,110 @@
+/**
+ * Every reactor limit at its boundary (spec "Reactors" table, issue 4): payload 5 MB accepted and
+ * 5 MB + 1 byte refused before the host sees it; a 200 ms timeout stops a sync loop, an async
+ * loop, a microtask chain and a promise that never settles; output 5 MB accepted, + 1 byte refused.
+ */
+import t from 'tap';
+import { MAX_OUTPUT_BYTES, MAX_PAYLOAD_BYTES } from '../../src/reactors/protocol.js';
+import { ReactorRuntime } from '../../src/reactors/runtime.js';
+import { captureLog, fastHostExecArgv, fn, reactor, serviceError } from './helpers.js';
+
+const cap = captureLog();
+const runtime = await ReactorRuntime.start({ log: cap.log, execArgv: fastHostExecArgv() });
+t.teardown(() => runtime.close());
+
+t.before(() => runtime.register([
+  // Counts the calls its (single) isolate served, and reports the payload it got.
+  reactor('l/size', `let calls = 0;\nmodule.exports = async (req) => ({ calls: ++calls, length: typeof req.args === 'string' ? req.args.length : -1 });`, {
+    max_concurrency: 1,
+    memory_limit_mb: 64,
+  }),
+  reactor('l/output', fn(`return 'x'.repeat(req.args.n);`), { memory_limit_mb: 64 }),
+  reactor(
+    'l/loops',
+    `let calls = 0;
+module.exports = async function (req) {
+  calls++;
+  switch (req.args.mode) {
+    case 'sync': while (true) {}
+    case 'async': while (true) { await null; }
+    case 'microtasks': { const loop = () => Promise.resolve().then(loop); await loop(); break; }
+    case 'then-chain': { await new Promise(() => { const again = () => { Promise.resolve().then(again); }; again(); }); break; }
+    case 'never': await new Promise(() => {}); break;
+    case 'background': { (async () => { while (true) await null; })(); return { calls }; }
+  }
+  return { calls };
+};`,
+    { timeout_ms: 200, max_concurrency: 1 },
+  ),
+]));
+
+t.test('the limits are the spec\'s 5 MB', async (t) => {
+  t.equal(MAX_PAYLOAD_BYTES, 5 * 1024 * 1024);
+  t.equal(MAX_OUTPUT_BYTES, 5 * 1024 * 1024);
+});
+
+t.test('payload: 5 MB accepted, 5 MB + 1 byte refused before the host sees it', async (t) => {
+  const exact = 'x'.repeat(MAX_PAYLOAD_BYTES - 2); // JSON adds the two quotes
+  t.equal(JSON.stringify(exact).length, MAX_PAYLOAD_BYTES);
+  const first = (await runtime.invoke('l/size', { args: exact })) as { calls: number; length: number };
+  t.equal(first.length, exact.length, '5 MB reached the reactor intact');
+
+  const over = await serviceError(runtime.invoke('l/size', { args: exact + 'x' }));
+  t.equal(over.code, 'body_too_large');
+  t.equal(over.status, 413);
+  // Counted in UTF-8 bytes, not characters: 'é' is two bytes.
+  const wide = 'é'.repeat(MAX_PAYLOAD_BYTES / 2);
+  t.ok(wide.length < MAX_PAYLOAD_BYTES);
+  t.equal((await serviceError(runtime.invoke('l/size', { args: wide }))).code, 'body_too_large');
+
+  const next = (await runtime.invoke('l/size', { args: 'small' })) as { calls: number };
+  t.equal(next.calls, first.calls + 1, 'the refused calls never reached the isolate');
+});
+
+t.test('output: 5 MB accepted, 5 MB + 1 byte refused', async (t) => {
+  const ok = await runtime.invoke('l/output', { args: { n: MAX_OUTPUT_BYTES - 2 } });
+  t.equal(typeof ok === 'string' ? ok.length : -1, MAX_OUTPUT_BYTES - 2);
+  const err = await serviceError(runtime.invoke('l/output', { args: { n: MAX_OUTPUT_BYTES - 1 } }));
+  t.equal(err.code, 'reactor_invalid_output');
+  t.match(err.detail, /5 MB/);
+  t.equal(await runtime.invoke('l/output', { args: { n: 3 } }), 'xxx', 'the reactor still serves');
+});
+
+t.test('a 200 ms timeout stops every kind of endless call, and the isolate is replaced', async (t) => {
+  const before = (await runtime.invoke('l/loops', { args: { mode: 'none' } })) as { calls: number };
+  t.equal(before.calls, 1);
+  // A promise resolved with a promise, for ever, also grows the heap: whichever limit comes first.
+  const cases: Array<[string, string[]]> = [
+    ['sync', ['reactor_timeout']],
+    ['async', ['reactor_timeout']],
+    ['then-chain', ['reactor_timeout']],
+    ['never', ['reactor_timeout']],
+    ['microtasks', ['reactor_timeout', 'reactor_out_of_memory']],
+  ];
+  for (const [mode, codes] of cases) {
+    const started = performance.now();
+    const err = await serviceError(runtime.invoke('l/loops', { args: { mode } }));
+    const took = performance.now() - started;
+    t.ok(codes.includes(err.code), `${mode}: ${err.code}`);
+    t.ok(err.status >= 500);
+    t.ok(took >= 190 && took < 1500, `${mode}: stopped after ${Math.round(took)} ms`);
+    const after = (await runtime.invoke('l/loops', { args: { mode: 'none' } })) as { calls: number };
+    t.equal(after.calls, 1, `${mode}: the next call ran in a fresh isolate`);
+  }
+});
+
+t.test('microtasks left running after the result still hit the timeout', async (t) => {
+  const err = await serviceError(runtime.invoke('l/loops', { args: { mode: 'background' } }));
+  t.equal(err.code, 'reactor_timeout');
+  t.same(await runtime.invoke('l/loops', { args: { mode: 'none' } }), { calls: 1 });
+});
+
+t.test('timeouts are bounded by the configuration: at most 30 s', async (t) => {
+  const { configSchema } = await import('../../src/config/schema.js');
+  const base = { tenants: [{ id: '00000000-0000-0000-0000-000000000001', name: 't', reactors: [{ id: 'r', name: 'r', code: 'x' }] }] };
+  const parsed = configSchema.parse(base);
+  t.equal(parsed.tenants[0]?.reactors[0]?.timeout_ms, 30_000, 'default 30 s');
+  const over = structuredClone(base) as { tenants: Array<{ reactors: Array<Record<string, unknown>> }> };
+  (over.tenants[0]?.reactors[0] ?? {}).timeout_ms = 30_001;
+  t.notOk(configSchema.safeParse(over).success, '30,001 ms refused');
+});

@@ -1,0 +1,106 @@
+/**
+ * Supervision of the reactor host (DESIGN.md §1): a host that dies or hangs costs only the calls in
+ * flight (503 reactor_unavailable); the runtime starts a new host with every registered reactor
+ * compiled again, and calls that arrive during the restart wait for it.
+ */
+import t from 'tap';
+import { writeFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ReactorRuntime } from '../../src/reactors/runtime.js';
+import { captureLog, fastHostExecArgv, fn, reactor, serviceError } from './helpers.js';
+
+const SLOW = fn('const end = Date.now() + req.args.ms; while (Date.now() < end) {} return { done: req.args.ms };');
+const COUNTER = `let n = 0;\nmodule.exports = async () => ({ n: ++n });`;
+
+async function waitFor(cond: () => boolean, ms = 10_000): Promise<void> {
+  const until = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > until) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+t.test('a killed host: calls in flight get 503, the host comes back with every reactor', async (t) => {
+  const cap = captureLog();
+  const runtime = await ReactorRuntime.start({ log: cap.log, execArgv: fastHostExecArgv() });
+  t.teardown(() => runtime.close());
+  await runtime.register([reactor('s/slow', SLOW, { timeout_ms: 5000 }), reactor('s/counter', COUNTER)]);
+  t.same(await runtime.invoke('s/counter', { args: null }), { n: 1 });
+  t.same(await runtime.invoke('s/counter', { args: null }), { n: 2 });
+
+  const pid = runtime.hostPid;
+  t.ok(pid);
+  const inFlight = [runtime.invoke('s/slow', { args: { ms: 3000 } }), runtime.invoke('s/slow', { args: { ms: 3000 } })];
+  await new Promise((r) => setTimeout(r, 150));
+  process.kill(pid ?? 0, 'SIGKILL');
+  for (const p of inFlight) {
+    const err = await serviceError(p);
+    t.equal(err.code, 'reactor_unavailable');
+    t.equal(err.status, 503);
+  }
+  // This call arrives while the host is down or restarting: it waits and is served.
+  t.same(await runtime.invoke('s/counter', { args: null }), { n: 1 }, 'served by a fresh host (module state reset)');
+  t.not(runtime.hostPid, pid, 'a new host process');
+  t.same(await runtime.invoke('s/slow', { args: { ms: 1 } }), { done: 1 }, 'every registered reactor is back');
+  t.match(cap.entries(), [{ msg: 'reactor host died; restarting it', signal: 'SIGKILL' }]);
+});
+
+t.test('calls that arrive during a restart wait for it', async (t) => {
+  const runtime = await ReactorRuntime.start({ log: captureLog().log, execArgv: fastHostExecArgv() });
+  t.teardown(() => runtime.close());
+  await runtime.register([reactor('s/counter', COUNTER)]);
+  const pid = runtime.hostPid;
+  process.kill(pid ?? 0, 'SIGKILL');
+  await waitFor(() => runtime.hostPid === undefined);
+  const results = await Promise.all([1, 2, 3].map(() => runtime.invoke('s/counter', { args: null })));
+  t.equal(results.length, 3);
+  t.ok(runtime.hostPid && runtime.hostPid !== pid);
+});
+
+t.test('a host that stops answering is killed and replaced', async (t) => {
+  const cap = captureLog();
+  const runtime = await ReactorRuntime.start({ log: cap.log, heartbeatMs: 100, hangMs: 600, execArgv: fastHostExecArgv() });
+  t.teardown(() => runtime.close());
+  await runtime.register([reactor('s/counter', COUNTER)]);
+  const pid = runtime.hostPid ?? 0;
+  process.kill(pid, 'SIGSTOP');
+  const stuck = runtime.invoke('s/counter', { args: null });
+  const err = await serviceError(stuck);
+  t.equal(err.code, 'reactor_unavailable', 'the call on the stuck host gets 503');
+  t.same(await runtime.invoke('s/counter', { args: null }), { n: 1 });
+  t.not(runtime.hostPid, pid);
+  t.ok(cap.entries().some((e) => e.msg === 'reactor host stopped answering; killing it'));
+});
+
+t.test('a reactor whose top-level code crashes the host is named, and the others keep working', async (t) => {
+  const runtime = await ReactorRuntime.start({ log: captureLog().log, execArgv: fastHostExecArgv() });
+  t.teardown(() => runtime.close());
+  await runtime.register([reactor('s/counter', COUNTER)]);
+  await t.rejects(
+    runtime.register([reactor('s/bomb', 'const o = {}; for (let i = 0; ; i++) o["k" + i] = i;', { memory_limit_mb: 8 })]),
+    /"bomb" \(s\/bomb\): (crashed the reactor host while starting|top-level code exceeded the memory limit)/,
+  );
+  t.same(await runtime.invoke('s/counter', { args: null }), { n: 1 });
+  t.same(runtime.keys(), ['s/counter']);
+});
+
+t.test('close: calls in flight and later calls get 503', async (t) => {
+  const runtime = await ReactorRuntime.start({ log: captureLog().log, execArgv: fastHostExecArgv() });
+  t.teardown(() => runtime.close());
+  await runtime.register([reactor('s/slow', SLOW, { timeout_ms: 5000 })]);
+  const inFlight = runtime.invoke('s/slow', { args: { ms: 2000 } });
+  await new Promise((r) => setTimeout(r, 100));
+  await runtime.close();
+  t.equal((await serviceError(inFlight)).code, 'reactor_unavailable');
+  t.equal((await serviceError(runtime.invoke('s/slow', { args: { ms: 1 } }))).code, 'reactor_unavailable');
+});
+
+t.test('a host entry that cannot start fails start()', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tp-host-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const exits = join(dir, 'exits.mjs');
+  writeFileSync(exits, 'process.exit(3);\n');
+  await t.rejects(ReactorRuntime.start({ log: captureLog().log, hostPath: exits, execArgv: fastHostExecArgv() }), /exited while starting/);
+  await t.rejects(ReactorRuntime.start({ log: captureLog().log, hostPath: join(dir, 'missing.js'), execArgv: fastHostExecArgv() }), /not found/);
+});
