@@ -39,6 +39,7 @@ export class HostProcess {
   private lastAnswer = Date.now();
   private heartbeat: NodeJS.Timeout | undefined;
   private exitListeners: Array<(code: number | null, signal: NodeJS.Signals | null) => void> = [];
+  private fatalListeners: Array<(reactor: string) => void> = [];
   exited = false;
 
   private constructor(
@@ -129,6 +130,10 @@ export class HostProcess {
         this.log[msg.level](fields, msg.msg);
         return;
       }
+      case 'fatal':
+        this.log.error({ reactorHost: this.child.pid, reactor: msg.reactor }, `catastrophic isolate error (${msg.message}); the reactor host exits`);
+        for (const l of this.fatalListeners) l(msg.reactor);
+        return;
       case 'ack':
       case 'done': {
         const p = this.pending.get(msg.id);
@@ -138,6 +143,11 @@ export class HostProcess {
         return;
       }
     }
+  }
+
+  /** A reactor took the host down through isolated-vm's catastrophic path. */
+  onFatal(listener: (reactor: string) => void): void {
+    this.fatalListeners.push(listener);
   }
 
   onExit(listener: (code: number | null, signal: NodeJS.Signals | null) => void): void {

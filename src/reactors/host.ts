@@ -35,7 +35,7 @@ const events: PoolEvents = {
     // (or for process.exit's teardown, which joins it) would hang this process for ever.
     const die = (): void => void process.kill(process.pid, 'SIGKILL');
     setTimeout(die, 200);
-    send({ t: 'log', level: 'error', msg: `catastrophic isolate error (${message}); the reactor host exits`, reactor: key }, die);
+    send({ t: 'fatal', reactor: key, message: message.slice(0, 200) }, die);
   },
   log(level, msg, reactor) {
     send({ t: 'log', level, msg, reactor });

@@ -73,8 +73,10 @@ export type FromHost =
   | { t: 'ready' }
   | { t: 'ack'; id: number; error?: string }
   | { t: 'done'; id: number; result: CallResult }
-  /** Host diagnostics (never user data): catastrophic isolate errors, recycling. */
-  | { t: 'log'; level: 'info' | 'warn' | 'error'; msg: string; reactor?: string };
+  /** Host diagnostics (never user data). */
+  | { t: 'log'; level: 'info' | 'warn' | 'error'; msg: string; reactor?: string }
+  /** A reactor hit isolated-vm's catastrophic path; the host kills itself right after sending this. */
+  | { t: 'fatal'; reactor: string; message: string };
 
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -126,6 +128,8 @@ export function parseFromHost(v: unknown): FromHost | null {
     case 'done':
       if (typeof v.id !== 'number' || !isCallResult(v.result)) return null;
       return { t: 'done', id: v.id, result: v.result };
+    case 'fatal':
+      return typeof v.reactor === 'string' && typeof v.message === 'string' ? { t: 'fatal', reactor: v.reactor, message: v.message } : null;
     case 'log':
       if ((v.level !== 'info' && v.level !== 'warn' && v.level !== 'error') || typeof v.msg !== 'string') return null;
       if (v.reactor !== undefined && typeof v.reactor !== 'string') return null;

@@ -87,7 +87,8 @@ t.test('a 200 ms timeout stops every kind of endless call, and the isolate is re
     const took = performance.now() - started;
     t.ok(codes.includes(err.code), `${mode}: ${err.code}`);
     t.ok(err.status >= 500);
-    t.ok(took >= 190 && took < 1500, `${mode}: stopped after ${Math.round(took)} ms`);
+    const early = err.code === 'reactor_timeout' ? took >= 190 : true; // memory can run out first
+    t.ok(early && took < 1500, `${mode}: stopped after ${Math.round(took)} ms`);
     const after = (await runtime.invoke('l/loops', { args: { mode: 'none' } })) as { calls: number };
     t.equal(after.calls, 1, `${mode}: the next call ran in a fresh isolate`);
   }
