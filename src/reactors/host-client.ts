@@ -119,6 +119,14 @@ export class HostProcess {
     const msg = parseFromHost(raw);
     if (!msg) {
       this.log.error({ reactorHost: this.child.pid }, 'malformed message from the reactor host');
+      // An answer we cannot read still ends its call (as a sandbox failure) instead of leaving it
+      // to the deadline.
+      const id = typeof raw === 'object' && raw !== null ? (raw as { id?: unknown }).id : undefined;
+      const p = typeof id === 'number' ? this.pending.get(id) : undefined;
+      if (p && typeof id === 'number') {
+        this.pending.delete(id);
+        p.resolve({ t: 'done', id, result: { ok: false, failure: { kind: 'internal', message: 'malformed answer' }, logs: [] } });
+      }
       return;
     }
     switch (msg.t) {

@@ -32,6 +32,12 @@ export interface ReactorRuntimeOptions {
    * minus debugger flags; --no-node-snapshot is always added (isolated-vm needs it).
    */
   execArgv?: string[];
+  /**
+   * Largest serialized args (UTF-8 bytes) a call may carry; larger is 413 body_too_large, refused
+   * before the host sees it. Default: the spec's 5 MB ("larger needs arrangement with the
+   * operator": e.g. pass `server.body_limit_bytes`).
+   */
+  payloadLimitBytes?: number;
   /** Extra (cold-started) isolates idle this long are disposed. Default 10 s. */
   idleMs?: number;
   /** How long a call waits for a restarting host before it gets 503. Default 5 s. */
@@ -52,10 +58,26 @@ export interface ReactorRuntimeOptions {
   suspension?: { strikes: number; windowMs: number; suspendMs: number };
 }
 
+interface Settings {
+  restartWaitMs: number;
+  payloadLimit: number;
+  suspension: { strikes: number; windowMs: number; suspendMs: number };
+}
+
 export interface InvokeOptions {
   /** Logger for the reactor's console lines (e.g. the request's child logger). */
   log?: Logger;
 }
+
+/** Same bounds as the config schema (spec: timeout never above 30 s; isolated-vm: memory ≥ 8 MB). */
+type LimitField = 'timeout_ms' | 'warm_concurrency' | 'max_concurrency' | 'queue_limit' | 'memory_limit_mb';
+const LIMIT_RANGES: ReadonlyArray<readonly [LimitField, number, number]> = [
+  ['timeout_ms', 1, 30_000],
+  ['warm_concurrency', 1, 64],
+  ['max_concurrency', 1, 256],
+  ['queue_limit', 0, 10_000],
+  ['memory_limit_mb', 8, 2048],
+];
 
 /** Grace on top of the host's own bounds (queue wait + run) before the main process gives up. */
 const CALL_GRACE_MS = 2000;
@@ -99,8 +121,7 @@ export class ReactorRuntime {
   private constructor(
     private readonly log: Logger,
     private readonly spawnHost: () => Promise<HostProcess>,
-    private readonly restartWaitMs: number,
-    private readonly suspension: { strikes: number; windowMs: number; suspendMs: number },
+    private readonly settings: Settings,
   ) {}
 
   static async start(opts: ReactorRuntimeOptions): Promise<ReactorRuntime> {
@@ -119,11 +140,10 @@ export class ReactorRuntime {
         hangMs: opts.hangMs ?? 5000,
         startTimeoutMs: 15_000,
       });
-    const runtime = new ReactorRuntime(log, spawnHost, opts.restartWaitMs ?? 5000, {
-      strikes: 3,
-      windowMs: 10 * 60_000,
-      suspendMs: 5 * 60_000,
-      ...opts.suspension,
+    const runtime = new ReactorRuntime(log, spawnHost, {
+      restartWaitMs: opts.restartWaitMs ?? 5000,
+      payloadLimit: opts.payloadLimitBytes ?? MAX_PAYLOAD_BYTES,
+      suspension: { strikes: 3, windowMs: 10 * 60_000, suspendMs: 5 * 60_000, ...opts.suspension },
     });
     runtime.adopt(await spawnHost());
     return runtime;
@@ -158,6 +178,10 @@ export class ReactorRuntime {
       seen.add(d.key);
       if (d.code.length > MAX_CODE_LENGTH) {
         problems.push(`reactor "${d.name}" (${d.key}): code is ${d.code.length} characters; the limit is ${MAX_CODE_LENGTH}`);
+      }
+      for (const [field, min, max] of LIMIT_RANGES) {
+        const v = d[field];
+        if (!Number.isInteger(v) || v < min || v > max) problems.push(`reactor "${d.name}" (${d.key}): ${field} must be an integer in ${min}..${max}`);
       }
     }
     if (problems.length) throw new Error(`reactors failed to register:\n  ${problems.join('\n  ')}`);
@@ -204,8 +228,8 @@ export class ReactorRuntime {
     }
     argsJson ??= '';
     // Spec: 5 MB payload limit, refused before the host sees it.
-    if (argsJson.length > MAX_PAYLOAD_BYTES || Buffer.byteLength(argsJson, 'utf8') > MAX_PAYLOAD_BYTES) {
-      throw new ServiceError('body_too_large', { detail: 'The reactor payload exceeds the 5 MB limit' });
+    if (argsJson.length > this.settings.payloadLimit || Buffer.byteLength(argsJson, 'utf8') > this.settings.payloadLimit) {
+      throw new ServiceError('body_too_large', { detail: `The reactor payload exceeds the limit of ${this.settings.payloadLimit} bytes` });
     }
     if (this.closed) throw unavailable();
     const until = this.suspended.get(key);
@@ -214,7 +238,7 @@ export class ReactorRuntime {
       this.suspended.delete(key);
     }
 
-    const host = await this.ready(this.restartWaitMs);
+    const host = await this.ready(this.settings.restartWaitMs);
     const result = await this.call(host, def, argsJson);
     this.logConsole(result.logs, key, opts.log ?? this.log);
     if (!result.ok) throw failureToError(result.failure, def);
@@ -276,13 +300,13 @@ export class ReactorRuntime {
 
   private strike(key: string): void {
     const now = Date.now();
-    const recent = (this.strikes.get(key) ?? []).filter((at) => now - at < this.suspension.windowMs);
+    const recent = (this.strikes.get(key) ?? []).filter((at) => now - at < this.settings.suspension.windowMs);
     recent.push(now);
     this.strikes.set(key, recent);
-    if (recent.length >= this.suspension.strikes) {
+    if (recent.length >= this.settings.suspension.strikes) {
       this.strikes.delete(key);
-      this.suspended.set(key, now + this.suspension.suspendMs);
-      this.log.error({ reactor: key, suspendMs: this.suspension.suspendMs }, 'reactor suspended: it crashed the reactor host repeatedly');
+      this.suspended.set(key, now + this.settings.suspension.suspendMs);
+      this.log.error({ reactor: key, suspendMs: this.settings.suspension.suspendMs }, 'reactor suspended: it crashed the reactor host repeatedly');
     }
   }
 

@@ -109,3 +109,12 @@ t.test('timeouts are bounded by the configuration: at most 30 s', async (t) => {
   (over.tenants[0]?.reactors[0] ?? {}).timeout_ms = 30_001;
   t.notOk(configSchema.safeParse(over).success, '30,001 ms refused');
 });
+
+t.test('the payload limit can be raised or lowered by the operator (payloadLimitBytes)', async (t) => {
+  const small = await ReactorRuntime.start({ log: captureLog().log, execArgv: fastHostExecArgv(), payloadLimitBytes: 1000 });
+  t.teardown(() => small.close());
+  await small.register([reactor('l/len', fn('return req.args.length;'))]);
+  t.equal(await small.invoke('l/len', { args: 'x'.repeat(998) }), 998, '1000 bytes accepted');
+  const err = await serviceError(small.invoke('l/len', { args: 'x'.repeat(999) }));
+  t.match(err, { code: 'body_too_large', status: 413, detail: /1000 bytes/ });
+});
