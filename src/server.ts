@@ -67,7 +67,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     const reactors = reactorDefinitions(config.tenants);
     let runtime: ReactorRuntime | null = null;
     if (reactors.length > 0) {
-      runtime = await ReactorRuntime.start({ log });
+      runtime = await ReactorRuntime.start({ log, payloadLimitBytes: config.server.body_limit_bytes });
       cleanups.push(() => runtime!.close());
       await runtime.register(reactors);
     }
