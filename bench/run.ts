@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url';
 const BENCHES: Record<string, { file: string; about: string }> = {
   tokenize: { file: 'tokenize.ts', about: 'POST /tokenize vs the crypto limit and a bare node:http server (embedded and Redis)' },
   'reactors-runtime': { file: 'reactors-runtime.ts', about: 'reactor host vs in-process isolated-vm (warm p50/p99, cold start, IPC encodings)' },
+  'rate-limit': { file: 'rate-limit.ts', about: '/tokenize with limits off, in memory, on Redis' },
 };
 
 function runOne(name: string, args: string[]): Promise<number> {

@@ -6,12 +6,21 @@ import type { TenantConfig } from '../config/schema.js';
 import type { Route } from '../http/context.js';
 import { sendJson } from '../http/respond.js';
 
+/** A URL without credentials or query (either may hold a secret). */
+function safeUrl(raw: string): string {
+  const u = new URL(raw);
+  u.username = '';
+  u.password = '';
+  u.search = '';
+  return u.toString();
+}
+
 const views = {
   applications: (t: TenantConfig) =>
     t.applications.map((a) => ({ id: a.id, name: a.name, type: a.type, permissions: a.permissions, rules: a.rules, legacy: a.legacy })),
   proxies: (t: TenantConfig) =>
     t.proxies.map((p) => ({
-      id: p.id, name: p.name, destination_url: p.destination_url, require_auth: p.require_auth, timeout_ms: p.timeout_ms,
+      id: p.id, name: p.name, destination_url: safeUrl(p.destination_url), require_auth: p.require_auth, timeout_ms: p.timeout_ms,
       leak_guard: p.leak_guard,
       request_transforms: p.request_transforms.map((x) => x.type),
       response_transforms: p.response_transforms.map((x) => x.type),
