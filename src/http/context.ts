@@ -7,20 +7,10 @@ import type { KeyKind, Principal, ProxyPrincipal } from '../auth/keys.js';
 import type { Permission } from '../config/schema.js';
 import type { Logger } from '../log.js';
 
-/** The route groups the rate-limit rules name (rate-limit/rules.ts). */
-export type RouteGroup =
-  | 'tokenize'
-  | 'tokens.create'
-  | 'tokens.list'
-  | 'tokens.search.get'
-  | 'tokens.search.post'
-  | 'tokens.read'
-  | 'tokens.update'
-  | 'tokens.delete'
-  | 'reactor'
-  | 'management'
-  | 'proxy'
-  | 'health';
+import type { RouteGroup } from '../rate-limit/rules.js';
+
+/** The route groups are defined once, with the rate-limit rules that name them. */
+export type { RouteGroup };
 
 export interface Context {
   req: IncomingMessage;
