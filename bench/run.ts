@@ -11,6 +11,8 @@ const BENCHES: Record<string, { file: string; about: string }> = {
   tokenize: { file: 'tokenize.ts', about: 'POST /tokenize vs the crypto limit and a bare node:http server (embedded and Redis)' },
   'reactors-runtime': { file: 'reactors-runtime.ts', about: 'reactor host vs in-process isolated-vm (warm p50/p99, cold start, IPC encodings)' },
   'rate-limit': { file: 'rate-limit.ts', about: '/tokenize with limits off, in memory, on Redis' },
+  reactors: { file: 'reactors.ts', about: 'POST /reactors/{id}/react through HTTP vs the same route without a reactor; cold start; 32 concurrent' },
+  proxy: { file: 'proxy.ts', about: '/proxy/* pass-through and tokenizing vs direct, nginx and a bare node:http + undici forwarder' },
 };
 
 function runOne(name: string, args: string[]): Promise<number> {
