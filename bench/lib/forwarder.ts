@@ -1,0 +1,83 @@
+/**
+ * The Node baseline of the proxy benchmark: the least a Node reverse proxy does. A node:http
+ * server forwards each request's method, path, headers (minus hop-by-hop ones) and body, streamed,
+ * to one upstream over an undici keep-alive Pool (`Pool.stream`), and streams the response back
+ * with the upstream's status and headers (minus hop-by-hop ones). No authentication, no limits, no
+ * logging, no transforms: what tokenproxy's pass-through should at least match.
+ */
+import { createServer, type IncomingHttpHeaders, type OutgoingHttpHeaders, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Pool } from 'undici';
+
+export interface Forwarder {
+  url: string;
+  server: Server;
+  close(): Promise<void>;
+}
+
+/** RFC 9110 §7.6.1 connection-specific fields, plus the Host (the pool's origin sets it). */
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host']);
+
+function endToEnd(headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>): Record<string, string | string[]> {
+  const named = String(headers.connection ?? '')
+    .toLowerCase()
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(headers)) {
+    if (v === undefined || HOP_BY_HOP.has(k) || named.includes(k)) continue;
+    out[k] = v;
+  }
+  return out;
+}
+
+export async function startForwarder(target: string, opts: { connections?: number; timeoutMs?: number } = {}): Promise<Forwarder> {
+  const timeoutMs = opts.timeoutMs ?? 25_000;
+  const pool = new Pool(target, {
+    connections: opts.connections ?? 64,
+    pipelining: 1,
+    keepAliveTimeout: 60_000,
+    connectTimeout: timeoutMs,
+    headersTimeout: timeoutMs,
+    bodyTimeout: timeoutMs,
+  });
+  const server = createServer({ keepAliveTimeout: 65_000 }, (req, res) => {
+    const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined;
+    pool.stream(
+      {
+        path: req.url ?? '/',
+        method: (req.method ?? 'GET') as 'GET',
+        headers: endToEnd(req.headers),
+        body: hasBody ? req : undefined,
+      },
+      ({ statusCode, headers }) => {
+        res.writeHead(statusCode, endToEnd(headers) as OutgoingHttpHeaders);
+        return res;
+      },
+      (err) => {
+        if (!err) return;
+        if (!res.headersSent) {
+          res.writeHead(502, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ error: err.message }));
+        } else res.destroy(err);
+      },
+    );
+  });
+  await new Promise<void>((res, rej) => {
+    server.once('error', rej);
+    server.listen(0, '127.0.0.1', () => res());
+  });
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    server,
+    close: async () => {
+      await new Promise<void>((res) => {
+        server.close(() => res());
+        server.closeAllConnections();
+      });
+      await pool.close().catch(() => pool.destroy());
+    },
+  };
+}
