@@ -33,6 +33,14 @@ export const catalogue = {
   reactor_unavailable: { status: 503, title: 'The reactor host is unavailable' },
   reactor_busy: { status: 503, title: 'The reactor is at its concurrency limit' },
   reactor_invalid_output: { status: 500, title: 'The reactor returned an invalid result' },
+  // inbound proxy
+  missing_proxy_key: { status: 401, title: 'A proxy key is required' },
+  invalid_proxy_key: { status: 401, title: 'The proxy key is not valid' },
+  invalid_proxy_path: { status: 400, title: 'The proxy path is not allowed' },
+  leak_detected: { status: 422, title: 'A card number would have left in plaintext' },
+  destination_unreachable: { status: 502, title: 'The destination could not be reached' },
+  destination_timeout: { status: 504, title: 'The destination did not answer in time' },
+  destination_response_untransformable: { status: 502, title: 'The destination response cannot be transformed' },
   // service
   store_unavailable: { status: 503, title: 'The token store is unavailable' },
   internal_error: { status: 500, title: 'Internal error' },

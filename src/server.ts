@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { healthRoutes } from './api/health.js';
 import { managementRoutes } from './api/management.js';
+import { proxyRoutes } from './api/proxy.js';
 import { reactorDefinitions, reactorRoutes } from './api/reactors.js';
 import { tokenRoutes } from './api/tokens.js';
 import { KeyIndex } from './auth/keys.js';
@@ -20,6 +21,8 @@ import { createLogger, type Logger } from './log.js';
 import { RateLimitService } from './rate-limit/limiter.js';
 import { createRateLimitStage } from './rate-limit/stage.js';
 import { ReactorRuntime } from './reactors/runtime.js';
+import { proxyTransformDefinitions } from './proxy/compile.js';
+import { ProxyService } from './proxy/service.js';
 import { createStore } from './store/factory.js';
 import type { TokenStore } from './store/types.js';
 import { TokenService } from './vault/service.js';
@@ -64,14 +67,20 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     cleanups.push(() => limits.close());
     // The reactor host process starts only when some tenant has reactors; the main process never
     // loads isolated-vm itself.
-    const reactors = reactorDefinitions(config.tenants);
+    const reactors = [...reactorDefinitions(config.tenants), ...proxyTransformDefinitions(config.tenants)];
     let runtime: ReactorRuntime | null = null;
     if (reactors.length > 0) {
       runtime = await ReactorRuntime.start({ log, payloadLimitBytes: config.server.body_limit_bytes });
       cleanups.push(() => runtime!.close());
       await runtime.register(reactors);
     }
-    const routes: Route[] = [...healthRoutes(store), ...tokenRoutes(tokens), ...managementRoutes(), ...reactorRoutes(runtime, tokens)];
+    const proxies = new ProxyService(config.tenants, {
+      tokens, runtime, bodyLimit: config.server.body_limit_bytes, maxDepth: config.server.max_depth, log,
+    });
+    cleanups.push(() => proxies.close());
+    const routes: Route[] = [
+      ...healthRoutes(store), ...tokenRoutes(tokens), ...managementRoutes(), ...reactorRoutes(runtime, tokens), ...proxyRoutes(proxies),
+    ];
     const handler = createPipeline({
       routes,
       keys: new KeyIndex(config.tenants),

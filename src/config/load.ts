@@ -2,6 +2,7 @@
  * Configuration loading: file + environment → validate → resolve code files → freeze.
  * The only module that reads process.env and config files.
  */
+import { checkProxy } from '../proxy/compile.js';
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
@@ -135,6 +136,7 @@ function checkReferences(cfg: Config): string[] {
       if (proxyIds.has(p.id)) problems.push(`${pp}.id: duplicate proxy id "${p.id}"`);
       proxyIds.add(p.id);
       if ((p.key === undefined) === (p.key_sha256 === undefined)) problems.push(`${pp}: give exactly one of key and key_sha256`);
+      problems.push(...checkProxy(p, pp));
     });
   });
   return problems;

@@ -34,8 +34,13 @@ export interface Route {
   method: string;
   path: string;
   group: RouteGroup;
-  /** `api`: SVC-API-KEY; `proxy`: the route authenticates itself; `none`: open. */
+  /**
+   * `api`: SVC-API-KEY; `proxy`: SVC-PROXY-KEY (header or `svc-proxy-key` query parameter), plus
+   * SVC-API-KEY with proxy:invoke in the proxy's tenant when the proxy has require_auth; `none`: open.
+   */
   auth: 'api' | 'proxy' | 'none';
+  /** Error bodies of this route are nested under this member (`{"proxy_error": problem}`). */
+  wrapErrors?: 'proxy_error';
   /** Route-level permission (container-level checks happen in the vault). */
   permission?: Permission;
   /** Key kinds admitted (default: all). */

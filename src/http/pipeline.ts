@@ -45,6 +45,7 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
   const log = opts.log.child({ req_id: requestId });
   const headers: Record<string, string> = { 'svc-trace-id': requestId };
   let routePath = '(none)';
+  let route: Route | undefined;
   let ctx: Context | undefined;
   res.on('finish', () => {
     const ms = Number(process.hrtime.bigint() - started) / 1e6;
@@ -57,7 +58,7 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
   try {
     const url = new URL(req.url ?? '/', 'http://localhost');
     const match = router.match(req.method ?? 'GET', url.pathname);
-    const route = match.route;
+    route = match.route;
     routePath = route.path;
     ctx = {
       req, res, url, requestId, log, headers,
@@ -67,16 +68,41 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
       readJson: (accept) => readJson(req, opts.bodyLimit, opts.maxDepth, accept),
     };
     if (route.auth === 'api') authenticate(opts, ctx, route);
+    else if (route.auth === 'proxy') authenticateProxy(opts, ctx);
     if (opts.rateLimits && route.group !== 'health') Object.assign(headers, await opts.rateLimits.check(ctx, route));
     await route.handle(ctx);
   } catch (err) {
     if (!(err instanceof ServiceError)) log.error({ error: safeError(err) }, 'unhandled error');
     else if (err.status >= 500) log.warn({ code: err.code, cause: safeError(err.cause) }, 'request failed');
-    drainAndAnswer(req, res, err, headers);
+    drainAndAnswer(req, res, err, headers, route?.wrapErrors);
   }
 }
 
-function authenticate(opts: PipelineOptions, ctx: Context, route: Route): void {
+/**
+ * SVC-PROXY-KEY from the header or the `svc-proxy-key` query parameter (compat.md). With the
+ * proxy's require_auth, the caller must also hold an API key with proxy:invoke in the same tenant.
+ */
+function authenticateProxy(opts: PipelineOptions, ctx: Context): void {
+  const key = headerValue(ctx.req.headers['svc-proxy-key']) ?? proxyKeyParam(ctx.url);
+  if (!key) {
+    throw new ServiceError('missing_proxy_key', { detail: 'Send the proxy key in the SVC-PROXY-KEY header (or the svc-proxy-key query parameter)' });
+  }
+  const proxy = opts.keys.findProxyKey(key);
+  if (!proxy) throw new ServiceError('invalid_proxy_key');
+  ctx.proxyPrincipal = proxy;
+  if (!proxy.proxy.require_auth) return;
+  authenticate(opts, ctx, { permission: 'proxy:invoke' });
+  if (ctx.principal!.tenant.id !== proxy.tenant.id) {
+    throw new ServiceError('forbidden', { detail: "The API key does not belong to the proxy's tenant" });
+  }
+}
+
+function proxyKeyParam(url: URL): string | undefined {
+  for (const [name, value] of url.searchParams) if (name.toLowerCase() === 'svc-proxy-key') return value;
+  return undefined;
+}
+
+function authenticate(opts: PipelineOptions, ctx: Context, route: Pick<Route, 'kinds' | 'permission'>): void {
   const key = headerValue(ctx.req.headers['svc-api-key']);
   if (!key) throw new ServiceError('missing_api_key', { detail: 'Send the API key in the SVC-API-KEY header' });
   const principal = opts.keys.findApiKey(key);
@@ -109,19 +135,19 @@ const DRAIN_LIMIT = 64 * 1024;
  * is drained first so a keep-alive client keeps its connection; a large or unknown-length one
  * closes the connection instead of being read.
  */
-function drainAndAnswer(req: IncomingMessage, res: ServerResponse, err: unknown, headers: Record<string, string>): void {
+function drainAndAnswer(req: IncomingMessage, res: ServerResponse, err: unknown, headers: Record<string, string>, wrap?: string): void {
   if (req.complete || req.readableEnded) {
-    sendProblem(res, err, headers);
+    sendProblem(res, err, headers, wrap);
     return;
   }
   const te = req.headers['transfer-encoding'];
   const declared = req.headers['content-length'] === undefined ? (te === undefined ? 0 : Infinity) : Number(req.headers['content-length']);
   if (declared <= DRAIN_LIMIT) {
-    req.on('end', () => sendProblem(res, err, headers));
+    req.on('end', () => sendProblem(res, err, headers, wrap));
     req.on('error', () => res.destroy());
     req.resume();
     return;
   }
-  sendProblem(res, err, { ...headers, connection: 'close' });
+  sendProblem(res, err, { ...headers, connection: 'close' }, wrap);
   req.resume();
 }

@@ -60,9 +60,14 @@ export function compileExpression(expr: string): Template[] {
 
 /** Renders an expression over `{ data }`. Errors never carry the data. */
 export function renderExpression(expr: string, data: unknown): string {
+  return renderInScope(expr, { data });
+}
+
+/** Renders an expression over the given top-level names (e.g. the proxy's `{ tokens }`). */
+export function renderInScope(expr: string, scope: Record<string, unknown>): string {
   const tpl = compileExpression(expr);
   try {
-    return str(engine.renderSync(tpl, { data }));
+    return str(engine.renderSync(tpl, scope));
   } catch {
     throw new ExpressionError('the expression could not be evaluated');
   }

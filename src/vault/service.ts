@@ -44,7 +44,7 @@ export interface ListResponse {
   data: TokenRecord[];
 }
 
-interface Prepared {
+export interface Prepared {
   def: Definition;
   record: StoredToken;
   deduplicatedFrom: StoredToken | null;
@@ -90,6 +90,17 @@ export class TokenService {
 
   /** Creates every definition or none. Exposed for reactors and proxy transforms. */
   async createAll(p: Principal, defs: Definition[]): Promise<Prepared[]> {
+    const prepared = await this.prepareAll(p, defs);
+    await this.commit(prepared);
+    return prepared;
+  }
+
+  /**
+   * Validates, seals and assigns ids to every definition, writing nothing: a caller that runs
+   * several steps (the proxy's request transforms) prepares each and commits them all at once.
+   * Throws validation_failed (naming every bad field) when any definition is invalid.
+   */
+  async prepareAll(p: Principal, defs: Definition[]): Promise<Prepared[]> {
     for (const def of defs) this.authorize(p, 'token:create', def.container);
     const now = this.now();
     const createdAt = new Date(now).toISOString();
@@ -114,6 +125,11 @@ export class TokenService {
     if (Object.keys(errors).length > 0) {
       throw new ServiceError('validation_failed', { detail: 'One or more token definitions are invalid; no token was created', errors });
     }
+    return prepared;
+  }
+
+  /** Writes prepared tokens in one all-or-nothing batch (deduplicated ones are not written again). */
+  async commit(prepared: readonly Prepared[]): Promise<void> {
     const toWrite = prepared.filter((x) => x.deduplicatedFrom === null).map((x) => x.record);
     if (toWrite.length > 0) {
       try {
@@ -123,7 +139,6 @@ export class TokenService {
         throw err;
       }
     }
-    return prepared;
   }
 
   private buildRecord(p: Principal, def: Definition, id: string, createdAt: string, now: number, errors: FieldErrors): StoredToken | null {

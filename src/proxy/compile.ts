@@ -1,0 +1,182 @@
+/**
+ * Proxies compiled once at start-up (DESIGN §8.3): JSON pointers parsed (json-ptr), regexes and
+ * expressions compiled, code transforms turned into reactor-runtime definitions, the destination
+ * split into a fixed origin and base path. `checkProxy` reports config problems by path, so a bad
+ * pointer or regex stops start-up with a message instead of failing requests.
+ */
+import { JsonPointer } from 'json-ptr';
+import type { ApplicationConfig, ProxyConfig, TenantConfig, TokenTemplateConfig } from '../config/schema.js';
+import type { Principal } from '../auth/keys.js';
+import type { ReactorDefinition } from '../reactors/runtime.js';
+import { compileExpression, ExpressionError } from '../vault/expressions.js';
+import { parseDestination, type DestinationBase } from './destination.js';
+
+/** Segments that would reach an object's prototype (DESIGN: reject them at config load). */
+const FORBIDDEN_SEGMENTS = new Set(['__proto__', 'constructor', 'prototype']);
+const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+
+export interface CompiledField {
+  /** The pointer's decoded segments. */
+  segments: string[];
+  /** `card.number`-style path for error messages. */
+  label: string;
+  token: TokenTemplateConfig;
+}
+
+export type RequestStep =
+  | { kind: 'tokenize'; identifier: string | undefined; fields: CompiledField[] }
+  | { kind: 'code'; key: string };
+
+export type ResponseStep =
+  | { kind: 'code'; key: string }
+  | { kind: 'mask'; regex: RegExp; character: string }
+  | { kind: 'append_json'; pointer: JsonPointer; value: string }
+  | { kind: 'append_header'; name: string; value: string };
+
+export interface CompiledProxy {
+  tenant: TenantConfig;
+  config: ProxyConfig;
+  destination: DestinationBase;
+  request: RequestStep[];
+  response: ResponseStep[];
+  /** Creates the tokens of tokenize transforms: the proxy itself, in its tenant. */
+  principal: Principal;
+  /** The body must be read before forwarding (a request transform, or the leak guard blocks). */
+  buffered: boolean;
+}
+
+/** The reactor-runtime key of a proxy's code transform. */
+export function transformKey(tenantId: string, proxyId: string, phase: 'request' | 'response', index: number): string {
+  return `${tenantId}/proxy/${proxyId}/${phase}/${index}`;
+}
+
+function pointerSegments(pointer: string): string[] {
+  const segments = JsonPointer.create(pointer).path.map(String);
+  const bad = segments.find((s) => FORBIDDEN_SEGMENTS.has(s));
+  if (bad !== undefined) throw new Error(`the segment "${bad}" is not allowed`);
+  return segments;
+}
+
+function hasCaptureGroup(regex: RegExp): boolean {
+  return (new RegExp(`${regex.source}|`).exec('')?.length ?? 0) > 1;
+}
+
+/** Problems in one proxy's transforms, each prefixed with its config path. */
+export function checkProxy(p: ProxyConfig, at: string): string[] {
+  const problems: string[] = [];
+  p.request_transforms.forEach((tr, i) => {
+    if (tr.type !== 'tokenize') return;
+    tr.fields.forEach((f, fi) => {
+      try {
+        if (pointerSegments(f.pointer).length === 0) problems.push(`${at}.request_transforms[${i}].fields[${fi}].pointer: must point below the root (e.g. "/card")`);
+      } catch (err) {
+        problems.push(`${at}.request_transforms[${i}].fields[${fi}].pointer: not a valid JSON pointer (${(err as Error).message})`);
+      }
+      for (const [name, expr] of [['fingerprint_expression', f.token.fingerprint_expression], ['mask', f.token.mask]] as const) {
+        if (expr === undefined) continue;
+        try {
+          compileExpression(expr);
+        } catch (err) {
+          problems.push(`${at}.request_transforms[${i}].fields[${fi}].token.${name}: ${err instanceof ExpressionError ? err.message : 'invalid expression'}`);
+        }
+      }
+    });
+  });
+  p.response_transforms.forEach((tr, i) => {
+    const here = `${at}.response_transforms[${i}]`;
+    if (tr.type === 'mask') {
+      try {
+        if (!hasCaptureGroup(new RegExp(tr.pattern))) problems.push(`${here}.pattern: needs a capture group: the captured text is what gets masked`);
+      } catch {
+        problems.push(`${here}.pattern: not a valid regular expression`);
+      }
+    }
+    if (tr.type === 'append_json') {
+      try {
+        if (pointerSegments(tr.location).length === 0) problems.push(`${here}.location: must point below the root`);
+      } catch (err) {
+        problems.push(`${here}.location: not a valid JSON pointer (${(err as Error).message})`);
+      }
+    }
+    if (tr.type === 'append_header' && !HEADER_NAME.test(tr.name)) problems.push(`${here}.name: not a valid header name`);
+    if (tr.type === 'append_header' && /^svc-/i.test(tr.name)) problems.push(`${here}.name: SVC-* headers are reserved`);
+    if (tr.type === 'append_json' || tr.type === 'append_header') {
+      try {
+        compileExpression(tr.value);
+      } catch (err) {
+        problems.push(`${here}.value: ${err instanceof ExpressionError ? err.message : 'invalid expression'}`);
+      }
+    }
+  });
+  return problems;
+}
+
+export function compileProxy(tenant: TenantConfig, config: ProxyConfig): CompiledProxy {
+  const request: RequestStep[] = config.request_transforms.map((tr, i) =>
+    tr.type === 'code'
+      ? { kind: 'code', key: transformKey(tenant.id, config.id, 'request', i) }
+      : {
+          kind: 'tokenize',
+          identifier: tr.identifier,
+          fields: tr.fields.map((f) => {
+            const segments = pointerSegments(f.pointer);
+            return { segments, label: segments.join('.'), token: f.token };
+          }),
+        },
+  );
+  const response: ResponseStep[] = config.response_transforms.map((tr, i) => {
+    switch (tr.type) {
+      case 'code':
+        return { kind: 'code', key: transformKey(tenant.id, config.id, 'response', i) };
+      case 'mask':
+        return { kind: 'mask', regex: new RegExp(tr.pattern, 'gd'), character: tr.character };
+      case 'append_json':
+        pointerSegments(tr.location);
+        return { kind: 'append_json', pointer: JsonPointer.create(tr.location), value: tr.value };
+      case 'append_header':
+        return { kind: 'append_header', name: tr.name.toLowerCase(), value: tr.value };
+    }
+  });
+  const app: ApplicationConfig = {
+    id: `proxy:${config.id}`,
+    name: `proxy ${config.name}`,
+    type: 'private',
+    keys: [],
+    permissions: ['token:create'],
+    rules: [],
+    legacy: false,
+  };
+  return {
+    tenant,
+    config,
+    destination: parseDestination(config.destination_url),
+    request,
+    response,
+    principal: { tenant, app, keyId: `proxy:${config.id}`, kind: tenant.test ? 'test' : 'private' },
+    buffered: request.length > 0 || config.leak_guard === 'block',
+  };
+}
+
+/** The code transforms of every proxy, for the reactor runtime. */
+export function proxyTransformDefinitions(tenants: readonly TenantConfig[]): ReactorDefinition[] {
+  return tenants.flatMap((t) =>
+    t.proxies.flatMap((p) => {
+      const def = (phase: 'request' | 'response', i: number, code: string): ReactorDefinition => ({
+        key: transformKey(t.id, p.id, phase, i),
+        name: `${t.name}/proxy/${p.id}/${phase}[${i}]`,
+        code,
+        configuration: { ...p.configuration },
+        // A transform never outlives its proxy's timeout, nor the spec's 30 s.
+        timeout_ms: Math.min(p.timeout_ms, 30_000),
+        warm_concurrency: 1,
+        max_concurrency: 8,
+        queue_limit: 100,
+        memory_limit_mb: 128,
+      });
+      return [
+        ...p.request_transforms.flatMap((tr, i) => (tr.type === 'code' ? [def('request', i, tr.code!)] : [])),
+        ...p.response_transforms.flatMap((tr, i) => (tr.type === 'code' ? [def('response', i, tr.code!)] : [])),
+      ];
+    }),
+  );
+}

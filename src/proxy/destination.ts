@@ -1,0 +1,101 @@
+/**
+ * Where a proxied request goes (compat.md): `destination_url` (trailing `/` trimmed) + suffix +
+ * `?query`. The destination's origin is fixed at start-up and the request is sent to that origin
+ * with only a path, so no suffix can change the host. The suffix is also kept below the base
+ * path: dot segments (raw or percent-encoded, however often), encoded slashes and backslashes are
+ * refused, and repeated slashes collapse (so `//evil.example` is a path, never an authority).
+ */
+import { ServiceError } from '../errors.js';
+
+export interface DestinationBase {
+  /** `http://host:port`, as undici's Pool wants it. */
+  origin: string;
+  /** The base path without a trailing `/` ('' for the root). */
+  basePath: string;
+  /** The query of destination_url, without `?` ('' when none). */
+  baseQuery: string;
+}
+
+export function parseDestination(destinationUrl: string): DestinationBase {
+  const u = new URL(destinationUrl);
+  return { origin: u.origin, basePath: u.pathname.replace(/\/+$/, ''), baseQuery: u.search.slice(1) };
+}
+
+/** The query parameter that may carry the proxy key; it never reaches the destination. */
+export const PROXY_KEY_PARAM = 'svc-proxy-key';
+
+const MAX_DECODE_ROUNDS = 4;
+
+function refuse(detail: string): ServiceError {
+  return new ServiceError('invalid_proxy_path', { detail });
+}
+
+/** Decodes a path segment until it stops changing; throws on a malformed escape. */
+function fullyDecoded(segment: string): string {
+  let current = segment;
+  for (let i = 0; i < MAX_DECODE_ROUNDS; i++) {
+    let next: string;
+    try {
+      next = decodeURIComponent(current);
+    } catch {
+      throw refuse('The path has a malformed percent-escape');
+    }
+    if (next === current) return current;
+    current = next;
+  }
+  throw refuse('The path is encoded too many times');
+}
+
+/**
+ * Checks the raw suffix (what follows `/proxy`, starting with `/` or empty) and returns it with
+ * repeated slashes collapsed. Throws invalid_proxy_path for anything that could leave the base.
+ */
+export function safeSuffix(rawSuffix: string): string {
+  if (rawSuffix === '') return '';
+  if (rawSuffix.includes('\\')) throw refuse('Backslashes are not allowed in the proxy path');
+  const segments = rawSuffix.split('/');
+  for (const seg of segments) {
+    if (seg === '') continue;
+    const decoded = fullyDecoded(seg);
+    if (decoded === '.' || decoded === '..') throw refuse('Dot segments (. and ..) are not allowed in the proxy path');
+    if (decoded.includes('/') || decoded.includes('\\')) throw refuse('Encoded slashes and backslashes are not allowed in the proxy path');
+    if (/[\0-\x1f\x7f]/.test(decoded)) throw refuse('Control characters are not allowed in the proxy path');
+  }
+  return rawSuffix.replace(/\/{2,}/g, '/');
+}
+
+/** Removes every `svc-proxy-key` parameter (any case) from a raw query, leaving the rest as sent. */
+export function stripProxyKeyParam(rawQuery: string): string {
+  if (rawQuery === '') return '';
+  return rawQuery
+    .split('&')
+    .filter((part) => {
+      const name = part.split('=', 1)[0]!;
+      let decoded = name;
+      try {
+        decoded = decodeURIComponent(name.replace(/\+/g, ' '));
+      } catch {
+        // A malformed name is not the key parameter; it is forwarded as sent.
+      }
+      return decoded.toLowerCase() !== PROXY_KEY_PARAM;
+    })
+    .join('&');
+}
+
+/** Splits a raw request target (`/proxy/a/b?x=1`) into the raw suffix after `/proxy` and query. */
+export function splitProxyTarget(rawUrl: string): { suffix: string; query: string } {
+  const q = rawUrl.indexOf('?');
+  const path = q === -1 ? rawUrl : rawUrl.slice(0, q);
+  const query = q === -1 ? '' : rawUrl.slice(q + 1);
+  // The router matched `/proxy/*` on the normalised path; take the raw form of the same request.
+  const suffix = path.startsWith('/proxy') ? path.slice('/proxy'.length) : path;
+  return { suffix, query };
+}
+
+/** The path and query to send to the destination's origin. */
+export function destinationPath(base: DestinationBase, rawUrl: string): string {
+  const { suffix, query } = splitProxyTarget(rawUrl);
+  const path = (base.basePath + safeSuffix(suffix)).replace(/\/{2,}/g, '/') || '/';
+  const q = [base.baseQuery, stripProxyKeyParam(query)].filter((s) => s !== '').join('&');
+  return q === '' ? path : `${path}?${q}`;
+}

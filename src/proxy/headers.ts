@@ -1,0 +1,86 @@
+/**
+ * Header hygiene for the inbound proxy (RFC 9110 §7.6.1): hop-by-hop headers and every `SVC-*`
+ * header (keys, trace ids) stay here; `X-Forwarded-For/-Proto/-Host` are set by us; the length
+ * and framing of the body are the forwarder's to set. Pure functions over plain header objects.
+ */
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
+
+/** RFC 9110 §7.6.1 hop-by-hop fields, plus the de-facto ones proxies also drop. */
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+/** Set by us or by the HTTP client; never copied from the caller. */
+const REPLACED = new Set(['host', 'content-length', 'expect', 'forwarded', 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host']);
+
+function connectionListed(headers: IncomingHttpHeaders | Record<string, unknown>): Set<string> {
+  const c = headers.connection;
+  const value = Array.isArray(c) ? c.join(',') : typeof c === 'string' ? c : '';
+  return new Set(value.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean));
+}
+
+export interface ForwardedFor {
+  /** The socket peer of this request. */
+  peer: string;
+  /** True when the peer is a trusted proxy (server.trust_proxy): its X-Forwarded-* chain is kept. */
+  peerTrusted: boolean;
+  /** The Host the caller addressed. */
+  host: string | undefined;
+}
+
+/** The headers to send upstream: the caller's, cleaned, with X-Forwarded-* set. */
+export function outgoingHeaders(incoming: IncomingHttpHeaders, fwd: ForwardedFor): Record<string, string | string[]> {
+  const listed = connectionListed(incoming);
+  const out: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(incoming)) {
+    if (value === undefined) continue;
+    const n = name.toLowerCase();
+    if (HOP_BY_HOP.has(n) || REPLACED.has(n) || listed.has(n) || n.startsWith('svc-')) continue;
+    out[n] = value;
+  }
+  const prior = fwd.peerTrusted ? single(incoming['x-forwarded-for']) : undefined;
+  out['x-forwarded-for'] = prior ? `${prior}, ${fwd.peer}` : fwd.peer;
+  const proto = fwd.peerTrusted ? single(incoming['x-forwarded-proto']) : undefined;
+  out['x-forwarded-proto'] = proto ?? 'http';
+  const host = (fwd.peerTrusted ? single(incoming['x-forwarded-host']) : undefined) ?? fwd.host;
+  if (host !== undefined) out['x-forwarded-host'] = host;
+  return out;
+}
+
+/** Headers a transform returned, cleaned the same way (a transform cannot set hop-by-hop or SVC-*). */
+export function cleanTransformHeaders(headers: Record<string, string | string[]>): Record<string, string | string[]> {
+  const listed = connectionListed(headers);
+  const out: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    const n = name.toLowerCase();
+    if (HOP_BY_HOP.has(n) || n === 'host' || n === 'content-length' || n === 'expect' || listed.has(n) || n.startsWith('svc-')) continue;
+    out[n] = value;
+  }
+  return out;
+}
+
+/** The destination's response headers to pass to the caller: hop-by-hop and length dropped. */
+export function responseHeaders(upstream: Record<string, string | string[] | undefined>, keepLength: boolean): OutgoingHttpHeaders {
+  const listed = connectionListed(upstream);
+  const out: OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(upstream)) {
+    if (value === undefined) continue;
+    const n = name.toLowerCase();
+    if (HOP_BY_HOP.has(n) || listed.has(n)) continue;
+    if (n === 'content-length' && !keepLength) continue;
+    out[n] = value;
+  }
+  return out;
+}
+
+function single(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v.join(', ') : v;
+}

@@ -1,0 +1,223 @@
+/**
+ * The inbound proxy (issue 5): `ANY /proxy/<suffix>` authenticated by SVC-PROXY-KEY (the
+ * pipeline did that, and the rate limit), then either
+ *  - pass-through: request and response stream through without being buffered (the leak guard,
+ *    in `log` mode, scans the bytes as they pass), or
+ *  - transformed: the body is read (bounded), the request transforms run, the leak guard checks
+ *    the outgoing bytes, every token prepared by the transforms is written in one batch, and the
+ *    result is forwarded; a 2xx response is collected (bounded) for the response transforms.
+ * Both forward with undici over a keep-alive pool per proxy (see README "Inbound proxy" for why
+ * undici rather than http-proxy carries plain HTTP).
+ */
+import type { OutgoingHttpHeaders } from 'node:http';
+import { Transform, Writable, type Readable } from 'node:stream';
+import type { TenantConfig } from '../config/schema.js';
+import { ServiceError } from '../errors.js';
+import { mediaType, readBody } from '../http/body.js';
+import { normalizeIp } from '../http/client-ip.js';
+import type { Context } from '../http/context.js';
+import type { Logger } from '../log.js';
+import type { ReactorRuntime } from '../reactors/runtime.js';
+import type { TokenService } from '../vault/service.js';
+import { ProxyBody } from './body.js';
+import { compileProxy, type CompiledProxy } from './compile.js';
+import { destinationPath, PROXY_KEY_PARAM, splitProxyTarget } from './destination.js';
+import { outgoingHeaders, responseHeaders } from './headers.js';
+import { CardScanner, countCardNumbers } from './leak-guard.js';
+import { ProxyTransforms, type TransformContext } from './transforms.js';
+import { Upstream, upstreamError, type UpstreamHead } from './upstream.js';
+
+export const DESTINATION_STATUS_HEADER = 'svc-proxy-destination-status';
+
+interface Entry {
+  proxy: CompiledProxy;
+  upstream: Upstream;
+  /** Card numbers the leak guard has seen leave through this proxy since start. */
+  leakFindings: number;
+}
+
+export interface ProxyServiceOptions {
+  tokens: TokenService;
+  runtime: ReactorRuntime | null;
+  /** server.body_limit_bytes: bounds a body read for transforms, in both directions. */
+  bodyLimit: number;
+  maxDepth: number;
+  log: Logger;
+}
+
+function isIdentity(encoding: string | string[] | undefined): boolean {
+  const v = Array.isArray(encoding) ? encoding.join(',') : encoding;
+  return v === undefined || v.trim() === '' || v.trim().toLowerCase() === 'identity';
+}
+
+export class ProxyService {
+  private readonly entries = new Map<string, Entry>();
+  private readonly transforms: ProxyTransforms;
+
+  constructor(tenants: readonly TenantConfig[], private readonly opts: ProxyServiceOptions) {
+    this.transforms = new ProxyTransforms(opts.tokens, opts.runtime);
+    for (const tenant of tenants) {
+      for (const config of tenant.proxies) {
+        const proxy = compileProxy(tenant, config);
+        this.entries.set(`${tenant.id}/${config.id}`, { proxy, upstream: new Upstream(proxy.destination.origin, config.timeout_ms), leakFindings: 0 });
+      }
+    }
+  }
+
+  async handle(ctx: Context): Promise<void> {
+    const pp = ctx.proxyPrincipal!;
+    const entry = this.entries.get(`${pp.tenant.id}/${pp.proxy.id}`)!;
+    const rawUrl = ctx.req.url ?? '/';
+    const path = destinationPath(entry.proxy.destination, rawUrl);
+    const peer = normalizeIp(ctx.req.socket.remoteAddress ?? '');
+    const headers = outgoingHeaders(ctx.req.headers, { peer, peerTrusted: ctx.clientIp !== peer, host: ctx.req.headers.host });
+    const tctx: TransformContext = {
+      method: ctx.req.method ?? 'GET',
+      path: splitProxyTarget(rawUrl).suffix || '/',
+      query: queryObject(ctx.url.searchParams),
+      log: ctx.log,
+    };
+    if (entry.proxy.buffered) await this.transformed(ctx, entry, path, headers, tctx);
+    else await this.passThrough(ctx, entry, path, headers, tctx);
+  }
+
+  private async passThrough(ctx: Context, entry: Entry, path: string, headers: Record<string, string | string[]>, tctx: TransformContext): Promise<void> {
+    const req = ctx.req;
+    const length = req.headers['content-length'];
+    const hasBody = length !== undefined ? Number(length) > 0 : req.headers['transfer-encoding'] !== undefined;
+    let body: Readable | undefined;
+    if (hasBody) {
+      if (length !== undefined) headers['content-length'] = length;
+      body = req;
+      if (entry.proxy.config.leak_guard === 'log') {
+        const scanner = new CardScanner();
+        body = req.pipe(
+          new Transform({
+            transform(chunk: Buffer, _enc, cb) {
+              scanner.push(chunk);
+              cb(null, chunk);
+            },
+            flush: (cb) => {
+              this.leakFound(ctx, entry, scanner.end(), false);
+              cb();
+            },
+          }),
+        );
+        req.once('error', (err) => body!.destroy(err));
+      }
+    }
+    await this.forward(ctx, entry, { method: tctx.method, path, headers, body }, {}, tctx);
+  }
+
+  private async transformed(ctx: Context, entry: Entry, path: string, headers: Record<string, string | string[]>, tctx: TransformContext): Promise<void> {
+    const { proxy } = entry;
+    // Compressed bytes can be neither tokenized nor checked for card numbers.
+    if (!isIdentity(ctx.req.headers['content-encoding'])) {
+      throw new ServiceError('unsupported_media_type', { detail: 'This proxy reads request bodies: send them without Content-Encoding' });
+    }
+    const raw = await readBody(ctx.req, this.opts.bodyLimit);
+    const body = new ProxyBody(raw, mediaType(ctx.req), this.opts.maxDepth);
+    const outcome = await this.transforms.runRequest(proxy, body, headers, tctx);
+    const bytes = body.serialize();
+    if (proxy.config.leak_guard !== 'off') this.leakFound(ctx, entry, countCardNumbers(bytes), proxy.config.leak_guard === 'block');
+    // Every token of every tokenize step in one all-or-nothing write, before anything leaves.
+    if (outcome.prepared.length > 0) await this.opts.tokens.commit(outcome.prepared);
+    await this.forward(ctx, entry, { method: tctx.method, path, headers: outcome.headers, body: bytes.length > 0 ? bytes : undefined }, outcome.tokens, tctx);
+  }
+
+  /**
+   * Forwards and answers. A 2xx for a proxy with response transforms is collected (bounded) and
+   * transformed; every other response streams to the caller as it arrives.
+   */
+  private async forward(
+    ctx: Context,
+    entry: Entry,
+    request: { method: string; path: string; headers: Record<string, string | string[]>; body: Buffer | Readable | undefined },
+    tokens: Record<string, unknown>,
+    tctx: TransformContext,
+  ): Promise<void> {
+    const { proxy } = entry;
+    const transformsResponse = proxy.response.length > 0;
+    // Response transforms read the body: ask for it uncompressed.
+    if (transformsResponse) request.headers['accept-encoding'] = 'identity';
+    let collected: { head: UpstreamHead; chunks: Buffer[] } | undefined;
+    try {
+      await entry.upstream.stream(request, (head) => {
+        if (transformsResponse && head.statusCode >= 200 && head.statusCode < 300) {
+          collected = { head, chunks: [] };
+          return collector(collected.chunks, this.opts.bodyLimit);
+        }
+        ctx.res.writeHead(head.statusCode, this.answerHeaders(ctx, head, responseHeaders(head.headers, true)));
+        return ctx.res;
+      });
+    } catch (err) {
+      if (ctx.res.headersSent) {
+        // The destination failed mid-body: the caller must not take a cut-off body as whole.
+        ctx.log.warn({ code: upstreamError(err).code }, 'destination failed after the response started');
+        ctx.res.destroy();
+        return;
+      }
+      throw upstreamError(err);
+    }
+    if (!collected) return;
+    const { head, chunks } = collected;
+    if (!isIdentity(head.headers['content-encoding'])) {
+      throw new ServiceError('destination_response_untransformable', { detail: 'The destination answered with a Content-Encoding the response transforms cannot read' });
+    }
+    const type = head.headers['content-type'];
+    const media = (Array.isArray(type) ? type[0] : type)?.split(';')[0]?.trim().toLowerCase() ?? '';
+    const body = new ProxyBody(Buffer.concat(chunks), media, this.opts.maxDepth);
+    const upstreamHeaders = responseHeaders(head.headers, false) as Record<string, string | string[]>;
+    const finalHeaders = await this.transforms.runResponse(proxy, body, upstreamHeaders, tokens, tctx);
+    const bytes = body.serialize();
+    ctx.res.writeHead(head.statusCode, { ...this.answerHeaders(ctx, head, finalHeaders), 'content-length': bytes.length });
+    ctx.res.end(bytes);
+  }
+
+  private answerHeaders(ctx: Context, head: UpstreamHead, upstream: OutgoingHttpHeaders): OutgoingHttpHeaders {
+    return { ...upstream, ...ctx.headers, [DESTINATION_STATUS_HEADER]: String(head.statusCode) };
+  }
+
+  /** Logs (never the number) and counts findings; in block mode refuses the request. */
+  private leakFound(ctx: Context, entry: Entry, findings: number, block: boolean): void {
+    if (findings === 0) return;
+    entry.leakFindings += findings;
+    ctx.log.warn(
+      { proxy: entry.proxy.config.id, findings, total: entry.leakFindings, action: block ? 'blocked' : 'forwarded' },
+      'leak guard: a card number in plaintext in the body to the destination',
+    );
+    if (block) {
+      throw new ServiceError('leak_detected', { detail: 'The outgoing body contains a card number in plaintext; nothing was forwarded' });
+    }
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.entries.values()].map((e) => e.upstream.destroy()));
+  }
+}
+
+function queryObject(params: URLSearchParams): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of params) {
+    if (k.toLowerCase() === PROXY_KEY_PARAM) continue;
+    const prev = out[k];
+    out[k] = prev === undefined ? v : Array.isArray(prev) ? [...prev, v] : [prev, v];
+  }
+  return out;
+}
+
+/** A Writable that keeps a 2xx body for the response transforms, up to `limit` bytes. */
+function collector(chunks: Buffer[], limit: number): Writable {
+  let size = 0;
+  return new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      size += chunk.length;
+      if (size > limit) {
+        cb(new ServiceError('destination_response_untransformable', { detail: `The destination response exceeds the transform limit of ${limit} bytes` }));
+        return;
+      }
+      chunks.push(chunk);
+      cb();
+    },
+  });
+}
