@@ -102,8 +102,8 @@ function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-function unavailable(detail = 'The reactor host is unavailable'): ServiceError {
-  return new ServiceError('reactor_unavailable', { detail, headers: { 'Retry-After': '1' } });
+function unavailable(detail = 'The reactor host is unavailable', retryAfterSeconds = 1): ServiceError {
+  return new ServiceError('reactor_unavailable', { detail, headers: { 'Retry-After': String(retryAfterSeconds) } });
 }
 
 export class ReactorRuntime {
@@ -234,7 +234,9 @@ export class ReactorRuntime {
     if (this.closed) throw unavailable();
     const until = this.suspended.get(key);
     if (until !== undefined) {
-      if (Date.now() < until) throw unavailable('The reactor is suspended: it crashed the reactor host repeatedly');
+      const left = until - Date.now();
+      // Retry-After is when the suspension ends, not "soon": retrying earlier only gets more 503s.
+      if (left > 0) throw unavailable('The reactor is suspended: it crashed the reactor host repeatedly', Math.ceil(left / 1000));
       this.suspended.delete(key);
     }
 

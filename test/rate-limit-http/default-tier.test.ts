@@ -155,11 +155,7 @@ t.test('creating tokens row: POST /tokens and POST /tokenize share one counter',
   });
 });
 
-t.todo('proxy endpoint row through HTTP', async () => {
-  // Not exercisable yet: the /proxy/* routes (and with them SVC-PROXY-KEY authentication) arrive in
-  // a later issue. When they do: a proxy key, custom proxy_endpoint {points: 3, duration_seconds: 1},
-  // driveRow(..., mitigation throttle), and two proxy keys counting apart.
-});
+// The proxy endpoint rows of both tiers are driven through /proxy/* in proxy.test.ts.
 
 t.test('proxy endpoint row, as data: 500 / 10 s Throttle by SVC-PROXY-KEY on the proxy routes only', async (t) => {
   t.same(TIERS.default.proxy_endpoint, { points: 500, durationSeconds: 10, mitigation: { kind: 'throttle' } });

@@ -23,6 +23,8 @@ export interface AppSpec {
   legacy?: boolean;
   /** How many keys the application gets (default 1). */
   keys?: number;
+  /** Permissions beyond the kind's token permissions (e.g. proxy:invoke). */
+  also?: string[];
 }
 
 export interface Override {
@@ -68,7 +70,9 @@ export function tenant(spec: TenantSpec): BuiltTenant {
   const applications = spec.apps.map((a, i) => {
     const k = Array.from({ length: a.keys ?? 1 }, newKey);
     keys.push(k);
-    return { id: randomUUID(), name: `${a.kind}-${i}`, type: a.kind, keys: k, legacy: a.legacy ?? false, ...permissionsOf(a.kind) };
+    const perms = permissionsOf(a.kind);
+    if (a.also) perms.permissions = [...(perms.permissions as string[]), ...a.also];
+    return { id: randomUUID(), name: `${a.kind}-${i}`, type: a.kind, keys: k, legacy: a.legacy ?? false, ...perms };
   });
   return {
     id,
@@ -214,3 +218,27 @@ export async function driveRow(t: Test, d: RowDrive): Promise<void> {
 
 /** A single-string tokenize body. */
 export const oneToken = (v = `v-${randomBytes(4).toString('hex')}`): { type: 'token'; data: string } => ({ type: 'token', data: v });
+
+/** Adds a proxy (pass-through to `destination`) to a built tenant; returns its proxy key. */
+export function addProxy(built: BuiltTenant, destination: string, opts: { requireAuth?: boolean } = {}): string {
+  const key = newKey();
+  const proxies = ((built.config.proxies as unknown[] | undefined) ??= []);
+  built.config.proxies = proxies;
+  proxies.push({
+    id: `p${proxies.length}`, name: `proxy ${proxies.length}`, key, destination_url: destination,
+    require_auth: opts.requireAuth ?? false, leak_guard: 'off',
+  });
+  return key;
+}
+
+/**
+ * Sends through a proxy and, for tokenproxy's own errors, checks the `{"proxy_error": problem}`
+ * wrapping and unwraps it, so the assertions above apply to proxy answers too.
+ */
+export async function sendViaProxy(c: HttpClient, proxyKey: string, o: SendOptions & { method?: string; path?: string } = {}): Promise<Reply> {
+  const r = await c.send(o.method ?? 'GET', o.path ?? '/proxy/anything', { ...o, headers: { 'svc-proxy-key': proxyKey, ...(o.headers ?? {}) } });
+  if (r.body && typeof r.body === 'object' && 'proxy_error' in r.body) {
+    return { ...r, body: r.body.proxy_error, headers: { ...r.headers, 'content-type': 'application/problem+json (wrapped as proxy_error)' } };
+  }
+  return r;
+}

@@ -118,7 +118,4 @@ t.test('a custom override turns the private Throttle rule into a Block rule', as
   await driveRow(t, { send: () => c.send('GET', missing(), { key: xBlockPrivate.keys[0][0] }), okStatus: 404, points: 2, durationSeconds: WINDOW, mitigation: { kind: 'block', blockSeconds: BLOCK } });
 });
 
-t.todo('higher tier, proxy endpoint row through HTTP', async () => {
-  // Not exercisable yet: the /proxy/* routes arrive in a later issue. The row's data (1000 / 10 s,
-  // Throttle, by SVC-PROXY-KEY) is checked in default-tier.test.ts.
-});
+// The higher tier's proxy endpoint row is driven through /proxy/* in proxy.test.ts.

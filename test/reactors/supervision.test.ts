@@ -90,7 +90,7 @@ t.test('a reactor that keeps crashing the host is suspended; the others keep wor
   const runtime = await ReactorRuntime.start({
     log: cap.log,
     execArgv: fastHostExecArgv(),
-    suspension: { strikes: 2, windowMs: 60_000, suspendMs: 800 },
+    suspension: { strikes: 2, windowMs: 60_000, suspendMs: 4000 },
   });
   t.teardown(() => runtime.close());
   const bomb = fn('const m = new Map(); for (let i = 0; ; i++) m.set("k" + i, i);');
@@ -105,6 +105,9 @@ t.test('a reactor that keeps crashing the host is suspended; the others keep wor
   const started = Date.now();
   const suspended = await serviceError(runtime.invoke('s/bomb', { args: null }));
   t.match(suspended, { code: 'reactor_unavailable', status: 503, detail: /suspended/ });
+  // Regression: Retry-After said 1 s while the suspension lasts its full duration.
+  const retryAfter = Number(suspended.headers?.['Retry-After']);
+  t.ok(retryAfter >= 2 && retryAfter <= 4, `Retry-After (${retryAfter} s) is when the 4 s suspension ends, not 1 s`);
   t.ok(Date.now() - started < 100, 'refused without reaching the host');
   t.same(await runtime.invoke('s/counter', { args: null }), { n: 2 }, 'other reactors are served');
   t.equal(runtime.hostPid, pid, 'the host was not touched');
@@ -112,7 +115,7 @@ t.test('a reactor that keeps crashing the host is suspended; the others keep wor
   t.ok(entries.some((e) => e.msg === 'reactor suspended: it crashed the reactor host repeatedly' && e.reactor === 's/bomb'));
   t.equal(entries.filter((e) => String(e.msg).startsWith('catastrophic isolate error') && e.reactor === 's/bomb').length, 2);
 
-  await new Promise((r) => setTimeout(r, 900));
+  await new Promise((r) => setTimeout(r, 4100));
   const after = await serviceError(runtime.invoke('s/bomb', { args: null }));
   t.notMatch(after.detail, /suspended/, 'after the suspension the reactor is called again');
 });
