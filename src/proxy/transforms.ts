@@ -62,6 +62,17 @@ function setIn(tree: Record<string, unknown>, segments: readonly string[], value
   node[segments[segments.length - 1]!] = value;
 }
 
+/**
+ * Sets the `index`-th value of the form field `name`, keeping every field where it was (deleting
+ * and appending would move the field to the end, and some receivers check the order).
+ */
+function replaceFormValue(params: URLSearchParams, name: string, index: number, value: string): void {
+  let seen = 0;
+  const entries = [...params].map(([k, v]): [string, string] => (k === name && seen++ === index ? [k, value] : [k, v]));
+  for (const k of new Set(params.keys())) params.delete(k);
+  for (const [k, v] of entries) params.append(k, v);
+}
+
 function definitionFor(field: CompiledField, data: unknown, errors: FieldErrors, now: number): Definition | null {
   return parseDefinition({ ...field.token, data }, field.label, errors, now);
 }
@@ -106,12 +117,7 @@ function collect(fields: readonly CompiledField[], body: ProxyBody, now: number)
         const def = definitionFor({ ...field, label: values.length > 1 ? `${field.label}[${i}]` : field.label }, data, errors, now);
         if (def) {
           found.push({
-            field, def, replace: (id) => {
-              const all = params.getAll(name);
-              all[i] = id;
-              params.delete(name);
-              for (const v of all) params.append(name, v);
-            },
+            field, def, replace: (id) => replaceFormValue(params, name, i, id),
           });
         }
       });
