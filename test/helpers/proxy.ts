@@ -30,7 +30,8 @@ interface Tap {
 
 /** Asserts a response is tokenproxy's own error, wrapped: `{"proxy_error": {status, code, …}}`. */
 export function assertProxyError(t: Tap, r: { status: number; body?: any; json?: any; text: string }, status: number, code: string, msg = ''): void {
-  const body = r.body ?? r.json;
+  // rawRequest answers carry the parsed body in `json` (its `body` is the Buffer); call() in `body`.
+  const body = 'json' in r ? r.json : r.body;
   t.equal(r.status, status, `${msg} status ${status}: ${r.text.slice(0, 300)}`);
   t.match(body, { proxy_error: { status, code, type: `urn:tokenproxy:problem:${code}`, title: String } }, `${msg} wrapped ${code}`);
 }
