@@ -82,14 +82,26 @@ export function stripProxyKeyParam(rawQuery: string): string {
     .join('&');
 }
 
-/** Splits a raw request target (`/proxy/a/b?x=1`) into the raw suffix after `/proxy` and query. */
+/** `scheme://authority` at the start of an absolute-form request target (RFC 9112 §3.2.2). */
+const ABSOLUTE_FORM = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/;
+
+/**
+ * Splits a raw request target (`/proxy/a/b?x=1`) into the raw suffix after `/proxy` and query.
+ * The router matched `/proxy/*` on the normalised path; this takes the raw form of the same
+ * request, which must itself start with `/proxy/` (or be `/proxy`): an absolute-form target
+ * (`http://host/proxy/x`) is reduced to its path first, and anything else is refused rather than
+ * appended to the base path as it is.
+ */
 export function splitProxyTarget(rawUrl: string): { suffix: string; query: string } {
-  const q = rawUrl.indexOf('?');
-  const path = q === -1 ? rawUrl : rawUrl.slice(0, q);
-  const query = q === -1 ? '' : rawUrl.slice(q + 1);
-  // The router matched `/proxy/*` on the normalised path; take the raw form of the same request.
-  const suffix = path.startsWith('/proxy') ? path.slice('/proxy'.length) : path;
-  return { suffix, query };
+  let target = rawUrl.replace(ABSOLUTE_FORM, '');
+  // A fragment is never part of a request; the router did not see it either.
+  const hash = target.indexOf('#');
+  if (hash !== -1) target = target.slice(0, hash);
+  const q = target.indexOf('?');
+  const path = q === -1 ? target : target.slice(0, q);
+  const query = q === -1 ? '' : target.slice(q + 1);
+  if (path !== '/proxy' && !path.startsWith('/proxy/')) throw refuse('The request target must start with /proxy/');
+  return { suffix: path.slice('/proxy'.length), query };
 }
 
 /** The path and query to send to the destination's origin. */
