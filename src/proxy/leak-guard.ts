@@ -1,8 +1,9 @@
 /**
  * The leak guard's scanner: finds card numbers in bytes on their way to a destination. A card
- * number here is a run of 13 to 19 digits (optionally grouped by single spaces or dashes) that
- * starts with 2–6 (the ranges of the major card networks) and passes the Luhn check. Runs longer
- * than 19 digits are not cards; digits glued to letters still count (`card4242…`).
+ * number here is a run of 13 to 19 digits (optionally grouped by single spaces, dashes, or `+`,
+ * which is how a form-encoded body writes a space) that starts with 2–6 (the ranges of the major
+ * card networks) and passes the Luhn check. Runs longer than 19 digits are not cards; digits
+ * glued to letters still count (`card4242…`). A space written `%20` is not a separator.
  *
  * Streaming: `push` takes chunks as they pass and keeps the state of a run that straddles two
  * chunks, so a pass-through body is scanned without being buffered. Nothing about a finding but
@@ -14,6 +15,8 @@ const ZERO = 0x30;
 const NINE = 0x39;
 const SPACE = 0x20;
 const DASH = 0x2d;
+/** A space in application/x-www-form-urlencoded. */
+const PLUS = 0x2b;
 const MAX_DIGITS = 19;
 const MIN_DIGITS = 13;
 
@@ -47,7 +50,7 @@ export class CardScanner {
         else this.runOverflow = true;
         if (this.seg.length < MAX_DIGITS) this.seg += d;
         else this.segOverflow = true;
-      } else if ((c === SPACE || c === DASH) && this.seg.length > 0 && !this.pendingSeparator) {
+      } else if ((c === SPACE || c === DASH || c === PLUS) && this.seg.length > 0 && !this.pendingSeparator) {
         this.endSegment();
         this.pendingSeparator = true;
       } else if (this.run.length > 0 || this.seg.length > 0) {
