@@ -169,6 +169,16 @@ export class ProxyService {
     const body = new ProxyBody(Buffer.concat(chunks), media, this.opts.maxDepth);
     const upstreamHeaders = responseHeaders(head.headers, false) as Record<string, string | string[]>;
     const finalHeaders = await this.transforms.runResponse(proxy, body, upstreamHeaders, tokens, tctx);
+    // A HEAD answer and a 204 have no body (RFC 9110 §9.3.2, §15.3.5). A 204 must not announce a
+    // length; for a HEAD the length a transformed GET would have is unknown, so none is announced
+    // (rather than 0, or the destination's untransformed length).
+    if (tctx.method === 'HEAD' || head.statusCode === 204) {
+      const out = { ...this.answerHeaders(ctx, head, finalHeaders) };
+      delete out['content-length'];
+      ctx.res.writeHead(head.statusCode, out);
+      ctx.res.end();
+      return;
+    }
     const bytes = body.serialize();
     ctx.res.writeHead(head.statusCode, { ...this.answerHeaders(ctx, head, finalHeaders), 'content-length': bytes.length });
     ctx.res.end(bytes);

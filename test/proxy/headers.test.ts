@@ -234,3 +234,46 @@ t.test('response headers: destination status and trace id added, upstream hop-by
   const r = await rawRequest(s.url, { path: '/proxy/r', headers: { 'svc-proxy-key': PROXY_KEY } });
   t.match(r.headers['svc-trace-id'], /^[0-9a-f-]{36}$/, 'a generated trace id');
 });
+
+t.test('regression: a transformed 204 or HEAD answer announced Content-Length: 0', async (t) => {
+  // The 2xx path of response transforms always set the length of the (empty) collected body: a
+  // 204 must not carry Content-Length at all, and a HEAD said 0 where the GET has a body.
+  const up = await startUpstream(t);
+  let status = 204;
+  up.respond((_r, res) => {
+    if (status === 204) {
+      res.writeHead(204, { etag: '"v1"' });
+      res.end();
+      return;
+    }
+    const b = JSON.stringify({ a: 1 });
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(b) });
+    res.end(b);
+  });
+  const s = await startTestService(t, { config: twoProxies(up.url) });
+  const none = await rawRequest(s.url, { method: 'DELETE', path: '/proxy/thing', headers: { 'svc-proxy-key': PROXY_KEY_2 } });
+  t.equal(none.status, 204);
+  t.equal(none.headers['content-length'], undefined, '204: no Content-Length');
+  t.equal(none.headers['x-transformed'], 'yes', '204: header transforms still apply (it is a 2xx)');
+  t.equal(none.headers.etag, '"v1"');
+  t.equal(none.body.length, 0);
+
+  status = 200;
+  const head = await rawRequest(s.url, { method: 'HEAD', path: '/proxy/thing', headers: { 'svc-proxy-key': PROXY_KEY_2 } });
+  t.equal(head.status, 200);
+  t.not(head.headers['content-length'], '0', 'HEAD: not a length of 0 for a resource with a body');
+  t.equal(head.headers['x-transformed'], 'yes');
+  t.equal(head.body.length, 0);
+  const get = await rawRequest(s.url, { method: 'GET', path: '/proxy/thing', headers: { 'svc-proxy-key': PROXY_KEY_2 } });
+  t.equal(get.headers['content-length'], String(get.body.length), 'GET: the length of the body sent');
+  t.same(get.json, { a: 1 });
+
+  // On one keep-alive connection the framing stays right: fetch reuses its connection.
+  for (const method of ['HEAD', 'DELETE', 'GET', 'HEAD', 'GET']) {
+    status = method === 'DELETE' ? 204 : 200;
+    const r = await fetch(`${s.url}/proxy/thing`, { method, headers: { 'svc-proxy-key': PROXY_KEY_2 } });
+    const text = await r.text();
+    t.equal(r.status, status, `${method} on a reused connection`);
+    if (method === 'GET') t.equal(text, '{"a":1}');
+  }
+});
