@@ -14,7 +14,7 @@ import { KeyIndex } from './auth/keys.js';
 import type { LoadedConfig } from './config/load.js';
 import { KeyRing } from './crypto/keyring.js';
 import { loadMasterKey } from './crypto/master-key.js';
-import { createClientIp } from './http/client-ip.js';
+import { createClientIp, createPeerTrust } from './http/client-ip.js';
 import type { Route } from './http/context.js';
 import { createPipeline } from './http/pipeline.js';
 import { createLogger, type Logger } from './log.js';
@@ -76,6 +76,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     }
     const proxies = new ProxyService(config.tenants, {
       tokens, runtime, bodyLimit: config.server.body_limit_bytes, maxDepth: config.server.max_depth, log,
+      trustedPeer: createPeerTrust(config.server.trust_proxy),
     });
     cleanups.push(() => proxies.close());
     const routes: Route[] = [

@@ -69,15 +69,25 @@ function forwardedAddress(element: string): string | undefined {
  * Builds the resolver once (CIDRs parsed into a `BlockList`); throws on an invalid entry, so a
  * config mistake fails at start-up.
  */
-export function createClientIp(trustProxy: readonly string[]): ClientIpResolver {
-  if (trustProxy.length === 0) return (socketAddress) => normalizeIp(socketAddress);
+/** Whether a socket peer is one of `server.trust_proxy` (false for everything when the list is empty). */
+export function createPeerTrust(trustProxy: readonly string[]): (address: string) => boolean {
+  if (trustProxy.length === 0) return () => false;
   const trusted = new BlockList();
   for (const entry of trustProxy) {
     const c = parseCidr(entry);
     if (!c) throw new Error(`server.trust_proxy: ${JSON.stringify(entry)} is not an IP address or CIDR`);
     trusted.addSubnet(c.address, c.prefix, c.family);
   }
-  const isTrusted = (address: string): boolean => trusted.check(address, isIP(address) === 6 ? 'ipv6' : 'ipv4');
+  return (address) => {
+    const a = normalizeIp(address);
+    const family = isIP(a);
+    return family !== 0 && trusted.check(a, family === 6 ? 'ipv6' : 'ipv4');
+  };
+}
+
+export function createClientIp(trustProxy: readonly string[]): ClientIpResolver {
+  if (trustProxy.length === 0) return (socketAddress) => normalizeIp(socketAddress);
+  const isTrusted = createPeerTrust(trustProxy);
 
   return (socketAddress, xForwardedFor) => {
     let client = normalizeIp(socketAddress);

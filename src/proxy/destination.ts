@@ -14,11 +14,21 @@ export interface DestinationBase {
   basePath: string;
   /** The query of destination_url, without `?` ('' when none). */
   baseQuery: string;
+  /**
+   * `Basic …` from credentials in destination_url (`https://user:pass@host/`), sent on every
+   * forwarded request in place of the caller's Authorization; added after the request transforms,
+   * so user code never sees it.
+   */
+  authorization: string | undefined;
 }
 
 export function parseDestination(destinationUrl: string): DestinationBase {
   const u = new URL(destinationUrl);
-  return { origin: u.origin, basePath: u.pathname.replace(/\/+$/, ''), baseQuery: u.search.slice(1) };
+  const authorization =
+    u.username === '' && u.password === ''
+      ? undefined
+      : `Basic ${Buffer.from(`${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`, 'utf8').toString('base64')}`;
+  return { origin: u.origin, basePath: u.pathname.replace(/\/+$/, ''), baseQuery: u.search.slice(1), authorization };
 }
 
 /** The query parameter that may carry the proxy key; it never reaches the destination. */

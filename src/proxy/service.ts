@@ -43,6 +43,8 @@ export interface ProxyServiceOptions {
   bodyLimit: number;
   maxDepth: number;
   log: Logger;
+  /** Whether a socket peer is listed in server.trust_proxy (its X-Forwarded-* chain is kept). */
+  trustedPeer: (address: string) => boolean;
 }
 
 function isIdentity(encoding: string | string[] | undefined): boolean {
@@ -70,7 +72,7 @@ export class ProxyService {
     const rawUrl = ctx.req.url ?? '/';
     const path = destinationPath(entry.proxy.destination, rawUrl);
     const peer = normalizeIp(ctx.req.socket.remoteAddress ?? '');
-    const headers = outgoingHeaders(ctx.req.headers, { peer, peerTrusted: ctx.clientIp !== peer, host: ctx.req.headers.host });
+    const headers = outgoingHeaders(ctx.req.headers, { peer, peerTrusted: this.opts.trustedPeer(peer), host: ctx.req.headers.host });
     const tctx: TransformContext = {
       method: ctx.req.method ?? 'GET',
       path: splitProxyTarget(rawUrl).suffix || '/',
@@ -138,6 +140,8 @@ export class ProxyService {
   ): Promise<void> {
     const { proxy } = entry;
     const transformsResponse = proxy.response.length > 0;
+    // Credentials of destination_url, set after the transforms so user code never sees them.
+    if (proxy.destination.authorization) request.headers.authorization = proxy.destination.authorization;
     // Response transforms read the body: ask for it uncompressed.
     if (transformsResponse) request.headers['accept-encoding'] = 'identity';
     let collected: { head: UpstreamHead; chunks: Buffer[] } | undefined;

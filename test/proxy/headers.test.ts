@@ -126,6 +126,29 @@ t.test('from a trusted proxy the X-Forwarded-* chain is kept and extended', asyn
   t.equal(got['x-forwarded-for'], '203.0.113.9, 127.0.0.1', 'the trusted chain is extended with the peer');
   t.equal(got['x-forwarded-proto'], 'https', "the trusted proxy's proto is kept");
   t.equal(got['x-forwarded-host'], 'shop.example', "the trusted proxy's host is kept");
+  // Regression: trust was inferred from the client IP differing from the peer, so a trusted proxy
+  // sending only X-Forwarded-Proto (no X-Forwarded-For) had it replaced.
+  const r2 = await rawRequest(s.url, { path: '/proxy/d', headers: { 'svc-proxy-key': PROXY_KEY, 'x-forwarded-proto': 'https' } });
+  t.equal(r2.status, 200, r2.text);
+  const got2 = up.received[1]!.headers;
+  t.equal(got2['x-forwarded-proto'], 'https', 'a trusted peer without X-Forwarded-For keeps its proto');
+  t.equal(got2['x-forwarded-for'], '127.0.0.1', 'and X-Forwarded-For is the peer');
+});
+
+t.test('credentials in destination_url become Basic auth upstream, never shown to the caller or the log', async (t) => {
+  const up = await startUpstream(t);
+  const base = new URL(up.url);
+  const cfg = configWithProxies([
+    { id: 'creds', name: 'creds', key: PROXY_KEY, require_auth: false, destination_url: `http://svc%40user:p%3Ass-7f3a@${base.host}/base/` },
+  ]);
+  const s = await startTestService(t, { config: cfg });
+  const r = await rawRequest(s.url, { path: '/proxy/x', headers: { 'svc-proxy-key': PROXY_KEY, authorization: 'Bearer caller-token' } });
+  t.equal(r.status, 200, r.text);
+  const got = up.received[0]!;
+  t.equal(got.url, '/base/x');
+  t.equal(got.headers.authorization, `Basic ${Buffer.from('svc@user:p:ss-7f3a').toString('base64')}`, "the URL's credentials, decoded, replace the caller's Authorization");
+  t.notOk(r.text.includes('p:ss-7f3a') || JSON.stringify(r.headers).includes('7f3a'), 'not in the answer');
+  t.notOk(s.logs().includes('7f3a'), 'not in the log');
 });
 
 t.test('Content-Length at the upstream is the length of the body actually sent', async (t) => {
