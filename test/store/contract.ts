@@ -70,6 +70,22 @@ export function runContract(t: Test, makeStore: MakeStore): void {
     t.same(await s.get(TENANT_A, existing.id), existing, 'the stored record was not overwritten');
   });
 
+  t.test('concurrent batches are independent: a failing one takes no other down (group commit)', async (t) => {
+    const s = await makeStore(t);
+    const existing = makeRecord();
+    await s.insertMany([existing]);
+    const ok1 = [makeRecord(), makeRecord()];
+    const bad = [makeRecord(), { ...makeRecord(), id: existing.id }];
+    const ok2 = [makeRecord()];
+    // Issued in one turn of the event loop: the embedded store commits them as one group.
+    const results = await Promise.allSettled([s.insertMany(ok1), s.insertMany(bad), s.insertMany(ok2)]);
+    t.same(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled']);
+    const reason = results[1]!.status === 'rejected' ? results[1]!.reason : null;
+    t.ok(reason instanceof DuplicateTokenError, 'the bad batch fails with its duplicate');
+    t.equal(await s.get(TENANT_A, bad[0]!.id), null, "the bad batch's other record was not written");
+    for (const r of [...ok1, ...ok2]) t.same(await s.get(TENANT_A, r.id), r, 'the good batches were written');
+  });
+
   t.test('update replaces the record and its indexes, keeps its position', async (t) => {
     const s = await makeStore(t);
     const first = makeRecord({ metadata: { k: 'old' }, index_hashes: ['old'], fingerprint: 'fp-old' });
