@@ -37,6 +37,7 @@ export const catalogue = {
   missing_proxy_key: { status: 401, title: 'A proxy key is required' },
   invalid_proxy_key: { status: 401, title: 'The proxy key is not valid' },
   invalid_proxy_path: { status: 400, title: 'The proxy path is not allowed' },
+  upgrade_not_allowed: { status: 400, title: 'This proxy does not accept protocol upgrades' },
   leak_detected: { status: 422, title: 'A card number would have left in plaintext' },
   destination_unreachable: { status: 502, title: 'The destination could not be reached' },
   destination_timeout: { status: 504, title: 'The destination did not answer in time' },

@@ -16,7 +16,7 @@ import { KeyRing } from './crypto/keyring.js';
 import { loadMasterKey } from './crypto/master-key.js';
 import { createClientIp, createPeerTrust } from './http/client-ip.js';
 import type { Route } from './http/context.js';
-import { createPipeline } from './http/pipeline.js';
+import { createPipeline, createUpgradeHandler, type PipelineOptions } from './http/pipeline.js';
 import { createLogger, type Logger } from './log.js';
 import { RateLimitService } from './rate-limit/limiter.js';
 import { createRateLimitStage } from './rate-limit/stage.js';
@@ -82,7 +82,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     const routes: Route[] = [
       ...healthRoutes(store), ...tokenRoutes(tokens), ...managementRoutes(), ...reactorRoutes(runtime, tokens), ...proxyRoutes(proxies),
     ];
-    const handler = createPipeline({
+    const pipelineOptions: PipelineOptions = {
       routes,
       keys: new KeyIndex(config.tenants),
       log,
@@ -90,8 +90,9 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       maxDepth: config.server.max_depth,
       clientIp: createClientIp(config.server.trust_proxy),
       rateLimits: createRateLimitStage(limits),
-    });
-    const server = createServer({ requestTimeout: config.server.request_timeout_ms, keepAliveTimeout: 65_000 }, handler);
+    };
+    const server = createServer({ requestTimeout: config.server.request_timeout_ms, keepAliveTimeout: 65_000 }, createPipeline(pipelineOptions));
+    server.on('upgrade', createUpgradeHandler(pipelineOptions, (ctx, socket, head) => proxies.upgrade(ctx, socket, head)));
     cleanups.unshift(() => closeServer(server));
     const purge = setInterval(() => {
       store.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));

@@ -3,7 +3,8 @@
  * rate-limit → handler. Cheap rejections come first: no body is read before authentication
  * and rate limiting pass. Every error becomes a problem body in respond.ts.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import { randomUUID } from 'node:crypto';
 import { holds } from '../auth/access.js';
 import type { KeyIndex } from '../auth/keys.js';
@@ -12,6 +13,7 @@ import type { Logger } from '../log.js';
 import { readJson } from './body.js';
 import type { Context, Route } from './context.js';
 import { sendProblem } from './respond.js';
+import { toProblem } from '../errors.js';
 import { Router } from './router.js';
 
 export interface RateLimitGate {
@@ -100,6 +102,53 @@ function authenticateProxy(opts: PipelineOptions, ctx: Context): void {
 function proxyKeyParam(url: URL): string | undefined {
   for (const [name, value] of url.searchParams) if (name.toLowerCase() === 'svc-proxy-key') return value;
   return undefined;
+}
+
+/**
+ * Upgrade requests (`Connection: Upgrade`, e.g. WebSocket) never reach the request handler; Node
+ * emits them on the server's 'upgrade' event. Only `/proxy/*` accepts them, with the same stages as
+ * a plain proxy request: proxy key (and API key with require_auth), then the rate limit, then
+ * `forward`. A refusal is written to the raw socket as a wrapped problem and the socket closed.
+ */
+export function createUpgradeHandler(
+  opts: PipelineOptions,
+  forward: (ctx: Context, socket: Duplex, head: Buffer) => void,
+): (req: IncomingMessage, socket: Duplex, head: Buffer) => void {
+  return (req, socket, head) => {
+    socket.on('error', () => socket.destroy());
+    const trace = req.headers['svc-trace-id'];
+    const requestId = typeof trace === 'string' && TRACE_ID.test(trace) ? trace : randomUUID();
+    const log = opts.log.child({ req_id: requestId });
+    const headers: Record<string, string> = { 'svc-trace-id': requestId };
+    void (async () => {
+      let status = 101;
+      try {
+        const url = new URL(req.url ?? '/', 'http://localhost');
+        if (!url.pathname.startsWith('/proxy/')) throw new ServiceError('route_not_found', { detail: 'Only /proxy/* accepts protocol upgrades' });
+        const ctx: Context = {
+          req, res: undefined as unknown as ServerResponse, url, requestId, log, headers,
+          clientIp: opts.clientIp(req.socket.remoteAddress ?? '', headerValue(req.headers['x-forwarded-for'])),
+          params: {}, rest: '',
+          readJson: () => Promise.reject(new ServiceError('unsupported_media_type')),
+        };
+        authenticateProxy(opts, ctx);
+        if (opts.rateLimits) Object.assign(headers, await opts.rateLimits.check(ctx, { group: 'proxy' } as Route));
+        forward(ctx, socket, head);
+      } catch (err) {
+        if (!(err instanceof ServiceError)) log.error({ error: safeError(err) }, 'unhandled error');
+        const problem = toProblem(err);
+        status = problem.status;
+        const extra = err instanceof ServiceError && err.headers ? err.headers : {};
+        const body = JSON.stringify({ proxy_error: problem });
+        const lines = Object.entries({ ...headers, ...extra }).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+        socket.end(
+          `HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status] ?? ''}\r\n${lines}content-type: application/json; charset=utf-8\r\n` +
+            `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+        );
+      }
+      log.info({ method: req.method, route: '/proxy/* (upgrade)', status }, 'request');
+    })();
+  };
 }
 
 function authenticate(opts: PipelineOptions, ctx: Context, route: Pick<Route, 'kinds' | 'permission'>): void {

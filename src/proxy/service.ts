@@ -10,7 +10,7 @@
  * undici rather than http-proxy carries plain HTTP).
  */
 import type { OutgoingHttpHeaders } from 'node:http';
-import { Transform, Writable, type Readable } from 'node:stream';
+import { Transform, Writable, type Duplex, type Readable } from 'node:stream';
 import type { TenantConfig } from '../config/schema.js';
 import { ServiceError } from '../errors.js';
 import { mediaType, readBody } from '../http/body.js';
@@ -25,6 +25,7 @@ import { destinationPath, PROXY_KEY_PARAM, splitProxyTarget } from './destinatio
 import { outgoingHeaders, responseHeaders } from './headers.js';
 import { CardScanner, countCardNumbers } from './leak-guard.js';
 import { ProxyTransforms, type TransformContext } from './transforms.js';
+import { UpgradeForwarder } from './upgrade.js';
 import { Upstream, upstreamError, type UpstreamHead } from './upstream.js';
 
 export const DESTINATION_STATUS_HEADER = 'svc-proxy-destination-status';
@@ -55,9 +56,11 @@ function isIdentity(encoding: string | string[] | undefined): boolean {
 export class ProxyService {
   private readonly entries = new Map<string, Entry>();
   private readonly transforms: ProxyTransforms;
+  private readonly upgrades: UpgradeForwarder;
 
   constructor(tenants: readonly TenantConfig[], private readonly opts: ProxyServiceOptions) {
     this.transforms = new ProxyTransforms(opts.tokens, opts.runtime);
+    this.upgrades = new UpgradeForwarder(opts.log);
     for (const tenant of tenants) {
       for (const config of tenant.proxies) {
         const proxy = compileProxy(tenant, config);
@@ -81,6 +84,14 @@ export class ProxyService {
     };
     if (entry.proxy.buffered) await this.transformed(ctx, entry, path, headers, tctx);
     else await this.passThrough(ctx, entry, path, headers, tctx);
+  }
+
+  /** An authenticated, rate-limited upgrade request (see upgrade.ts). */
+  upgrade(ctx: Context, socket: Duplex, head: Buffer): void {
+    const pp = ctx.proxyPrincipal!;
+    const entry = this.entries.get(`${pp.tenant.id}/${pp.proxy.id}`)!;
+    const peer = normalizeIp(ctx.req.socket.remoteAddress ?? '');
+    this.upgrades.forward(entry.proxy, ctx.req, socket, head, { peer, peerTrusted: this.opts.trustedPeer(peer) });
   }
 
   private async passThrough(ctx: Context, entry: Entry, path: string, headers: Record<string, string | string[]>, tctx: TransformContext): Promise<void> {
@@ -206,6 +217,7 @@ export class ProxyService {
   }
 
   async close(): Promise<void> {
+    this.upgrades.close();
     await Promise.all([...this.entries.values()].map((e) => e.upstream.destroy()));
   }
 }

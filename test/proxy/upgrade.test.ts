@@ -1,0 +1,112 @@
+/**
+ * Protocol upgrades (WebSocket) through /proxy/*, relayed by http-proxy: the proxy key (and API
+ * key) and the rate limit apply as for plain requests; the destination gets the upgrade at the
+ * checked path, without SVC-* headers; bytes flow both ways after the 101; proxies that transform
+ * or block bodies refuse upgrades; refusals are wrapped problems on the raw socket.
+ */
+import { createServer, request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
+import t from 'tap';
+import { startTestService } from '../helpers/service.js';
+import { configWithProxies, PROXY_KEY, PROXY_KEY_2, PROXY_KEY_3 } from '../helpers/proxy.js';
+
+interface Seen {
+  url: string;
+  headers: IncomingHttpHeaders;
+}
+
+/** An upstream that accepts upgrades at any path and echoes every byte back. */
+async function startEchoUpstream(tap: typeof t): Promise<{ url: string; seen: Seen[] }> {
+  const seen: Seen[] = [];
+  const server = createServer((_req, res) => res.end('plain'));
+  server.on('upgrade', (req, socket: Duplex) => {
+    seen.push({ url: req.url ?? '', headers: req.headers });
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+    socket.pipe(socket);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  tap.teardown(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
+}
+
+type UpgradeResult = { kind: 'upgraded'; socket: Duplex; status: number } | { kind: 'refused'; status: number; body: any };
+
+function upgrade(base: string, path: string, headers: Record<string, string>): Promise<UpgradeResult> {
+  const u = new URL(base);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: u.hostname, port: u.port, path, agent: false, headers: { connection: 'Upgrade', upgrade: 'websocket', ...headers } });
+    req.on('upgrade', (res, socket) => resolve({ kind: 'upgraded', socket, status: res.statusCode ?? 0 }));
+    req.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ kind: 'refused', status: res.statusCode ?? 0, body: JSON.parse(Buffer.concat(chunks).toString() || 'null') }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+function echo(socket: Duplex, text: string): Promise<string> {
+  return new Promise((resolve) => {
+    let got = '';
+    socket.on('data', (c: Buffer) => {
+      got += c.toString();
+      if (got.length >= text.length) resolve(got);
+    });
+    socket.write(text);
+  });
+}
+
+const up = await startEchoUpstream(t);
+const s = await startTestService(t, {
+  config: configWithProxies([
+    { id: 'ws', name: 'ws', key: PROXY_KEY, require_auth: false, destination_url: `${up.url}/base/` },
+    { id: 'tok', name: 'tok', key: PROXY_KEY_2, require_auth: false, destination_url: `${up.url}/base/`,
+      request_transforms: [{ type: 'tokenize', fields: [{ pointer: '/card', token: { type: 'card' } }] }] },
+    { id: 'auth', name: 'auth', key: PROXY_KEY_3, destination_url: `${up.url}/base/` },
+  ]),
+});
+
+t.test('an upgrade is relayed to the destination path, SVC-* headers removed, bytes echo both ways', async (t) => {
+  const r = await upgrade(s.url, '/proxy/chat?room=1&svc-proxy-key=' + PROXY_KEY, { 'svc-trace-id': 'ws-trace', 'x-forwarded-for': '203.0.113.7' });
+  t.equal(r.kind, 'upgraded');
+  if (r.kind !== 'upgraded') return;
+  t.teardown(() => r.socket.destroy());
+  t.equal(r.status, 101);
+  t.equal(await echo(r.socket, 'hello through the proxy'), 'hello through the proxy');
+  const seen = up.seen.at(-1)!;
+  t.equal(seen.url, '/base/chat?room=1', 'destination path; the key parameter removed');
+  t.notOk(Object.keys(seen.headers).some((h) => h.startsWith('svc-')), 'no SVC-* header reached the destination');
+  t.equal(seen.headers['x-forwarded-for'], '127.0.0.1', 'a spoofed X-Forwarded-For from an untrusted peer is replaced');
+  t.equal(seen.headers.upgrade, 'websocket');
+});
+
+t.test('refusals are wrapped problems on the raw socket, and nothing reaches the destination', async (t) => {
+  const before = up.seen.length;
+  const none = await upgrade(s.url, '/proxy/chat', {});
+  t.match(none, { kind: 'refused', status: 401, body: { proxy_error: { code: 'missing_proxy_key' } } });
+  const bad = await upgrade(s.url, '/proxy/chat', { 'svc-proxy-key': 'not_a_valid_proxy_key_000000' });
+  t.match(bad, { kind: 'refused', status: 401, body: { proxy_error: { code: 'invalid_proxy_key' } } });
+  const auth = await upgrade(s.url, '/proxy/chat', { 'svc-proxy-key': PROXY_KEY_3 });
+  t.match(auth, { kind: 'refused', status: 401, body: { proxy_error: { code: 'missing_api_key' } } }, 'require_auth applies');
+  const tok = await upgrade(s.url, '/proxy/chat', { 'svc-proxy-key': PROXY_KEY_2 });
+  t.match(tok, { kind: 'refused', status: 400, body: { proxy_error: { code: 'upgrade_not_allowed' } } }, 'a transforming proxy refuses upgrades');
+  const escape = await upgrade(s.url, '/proxy/a/%252e%252e/x', { 'svc-proxy-key': PROXY_KEY });
+  t.match(escape, { kind: 'refused', status: 400, body: { proxy_error: { code: 'invalid_proxy_path' } } }, 'the path rules apply');
+  const other = await upgrade(s.url, '/tokens', { 'svc-api-key': 'test_private_key_aaaaaaaaaaaaaaaa' });
+  t.match(other, { kind: 'refused', status: 404 }, 'only /proxy/* accepts upgrades');
+  t.equal(up.seen.length, before, 'the destination saw none of them');
+  t.notOk(s.logs().includes('not_a_valid_proxy_key'), 'the bad key is not logged');
+});
+
+t.test('a destination that is down: 502 on the raw socket', async (t) => {
+  const down = await startTestService(t, {
+    config: configWithProxies([{ id: 'down', name: 'down', key: PROXY_KEY, require_auth: false, destination_url: 'http://127.0.0.1:9/' }]),
+  });
+  const r = await upgrade(down.url, '/proxy/x', { 'svc-proxy-key': PROXY_KEY });
+  t.match(r, { kind: 'refused', status: 502, body: { proxy_error: { code: 'destination_unreachable' } } });
+});
