@@ -2,12 +2,12 @@
  * Configuration loading: file + environment → validate → resolve code files → freeze.
  * The only module that reads process.env and config files.
  */
-import { checkProxy } from '../proxy/compile.js';
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import type { z } from 'zod';
 import { parseCidr } from '../http/client-ip.js';
+import { checkProxy } from '../proxy/compile.js';
 import { validateCustomRateLimits } from '../rate-limit/rules.js';
 import { configSchema, PUBLIC_PERMISSIONS, type Config } from './schema.js';
 

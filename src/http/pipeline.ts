@@ -3,7 +3,7 @@
  * rate-limit → handler. Cheap rejections come first: no body is read before authentication
  * and rate limiting pass. Every error becomes a problem body in respond.ts.
  */
-import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { randomUUID } from 'node:crypto';
 import { holds } from '../auth/access.js';
@@ -12,8 +12,7 @@ import { ServiceError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { readJson } from './body.js';
 import type { Context, Route } from './context.js';
-import { sendProblem } from './respond.js';
-import { toProblem } from '../errors.js';
+import { sendProblem, sendSocketProblem } from './respond.js';
 import { Router } from './router.js';
 
 export interface RateLimitGate {
@@ -42,10 +41,7 @@ export function createPipeline(opts: PipelineOptions): (req: IncomingMessage, re
 
 async function handle(opts: PipelineOptions, router: Router<Route>, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const started = process.hrtime.bigint();
-  const trace = req.headers['svc-trace-id'];
-  const requestId = typeof trace === 'string' && TRACE_ID.test(trace) ? trace : randomUUID();
-  const log = opts.log.child({ req_id: requestId });
-  const headers: Record<string, string> = { 'svc-trace-id': requestId };
+  const { requestId, log, headers } = identify(opts, req);
   let routePath = '(none)';
   let route: Route | undefined;
   let ctx: Context | undefined;
@@ -84,6 +80,13 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
  * SVC-PROXY-KEY from the header or the `svc-proxy-key` query parameter (compat.md). With the
  * proxy's require_auth, the caller must also hold an API key with proxy:invoke in the same tenant.
  */
+/** The request id (a valid SVC-Trace-Id, else a new UUID), its logger and the headers every answer carries. */
+function identify(opts: PipelineOptions, req: IncomingMessage): { requestId: string; log: Logger; headers: Record<string, string> } {
+  const trace = req.headers['svc-trace-id'];
+  const requestId = typeof trace === 'string' && TRACE_ID.test(trace) ? trace : randomUUID();
+  return { requestId, log: opts.log.child({ req_id: requestId }), headers: { 'svc-trace-id': requestId } };
+}
+
 function authenticateProxy(opts: PipelineOptions, ctx: Context): void {
   const key = headerValue(ctx.req.headers['svc-proxy-key']) ?? proxyKeyParam(ctx.url);
   if (!key) {
@@ -116,10 +119,7 @@ export function createUpgradeHandler(
 ): (req: IncomingMessage, socket: Duplex, head: Buffer) => void {
   return (req, socket, head) => {
     socket.on('error', () => socket.destroy());
-    const trace = req.headers['svc-trace-id'];
-    const requestId = typeof trace === 'string' && TRACE_ID.test(trace) ? trace : randomUUID();
-    const log = opts.log.child({ req_id: requestId });
-    const headers: Record<string, string> = { 'svc-trace-id': requestId };
+    const { requestId, log, headers } = identify(opts, req);
     void (async () => {
       let status = 101;
       try {
@@ -136,15 +136,7 @@ export function createUpgradeHandler(
         forward(ctx, socket, head);
       } catch (err) {
         if (!(err instanceof ServiceError)) log.error({ error: safeError(err) }, 'unhandled error');
-        const problem = toProblem(err);
-        status = problem.status;
-        const extra = err instanceof ServiceError && err.headers ? err.headers : {};
-        const body = JSON.stringify({ proxy_error: problem });
-        const lines = Object.entries({ ...headers, ...extra }).map(([k, v]) => `${k}: ${v}\r\n`).join('');
-        socket.end(
-          `HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status] ?? ''}\r\n${lines}content-type: application/json; charset=utf-8\r\n` +
-            `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-        );
+        status = sendSocketProblem(socket, err, headers, 'proxy_error');
       }
       log.info({ method: req.method, route: '/proxy/* (upgrade)', status }, 'request');
     })();

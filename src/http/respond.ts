@@ -2,7 +2,8 @@
  * The only place responses become bytes: JSON bodies, empty bodies, and problem bodies
  * (RFC 9457, application/problem+json) for every error.
  */
-import type { ServerResponse } from 'node:http';
+import { STATUS_CODES, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import { ServiceError, toProblem } from '../errors.js';
 
 export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
@@ -33,4 +34,24 @@ export function sendProblem(res: ServerResponse, err: unknown, headers: Record<s
     'content-length': bytes.length,
   });
   res.end(bytes);
+}
+
+/**
+ * The same problem bytes on a raw connection (an upgrade request has no ServerResponse), then
+ * the connection is closed. Returns the status written.
+ */
+export function sendSocketProblem(socket: Duplex, err: unknown, headers: Record<string, string> = {}, wrap?: string): number {
+  const problem = toProblem(err);
+  const errHeaders = err instanceof ServiceError && err.headers ? err.headers : {};
+  const body = JSON.stringify(wrap ? { [wrap]: problem } : problem);
+  const all = {
+    ...headers,
+    ...errHeaders,
+    'content-type': wrap ? 'application/json; charset=utf-8' : 'application/problem+json',
+    'content-length': String(Buffer.byteLength(body)),
+    connection: 'close',
+  };
+  const lines = Object.entries(all).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+  socket.end(`HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status] ?? ''}\r\n${lines}\r\n${body}`);
+  return problem.status;
 }

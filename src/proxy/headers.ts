@@ -46,10 +46,16 @@ export function outgoingHeaders(incoming: IncomingHttpHeaders, fwd: ForwardedFor
     if (HOP_BY_HOP.has(n) || REPLACED.has(n) || listed.has(n) || n.startsWith('svc-')) continue;
     out[n] = value;
   }
+  return Object.assign(out, forwardedHeaders(incoming, fwd));
+}
+
+/** X-Forwarded-For/-Proto/-Host for the destination: a trusted peer's chain kept, else ours alone. */
+export function forwardedHeaders(incoming: IncomingHttpHeaders, fwd: ForwardedFor): Record<string, string> {
   const prior = fwd.peerTrusted ? single(incoming['x-forwarded-for']) : undefined;
-  out['x-forwarded-for'] = prior ? `${prior}, ${fwd.peer}` : fwd.peer;
-  const proto = fwd.peerTrusted ? single(incoming['x-forwarded-proto']) : undefined;
-  out['x-forwarded-proto'] = proto ?? 'http';
+  const out: Record<string, string> = {
+    'x-forwarded-for': prior ? `${prior}, ${fwd.peer}` : fwd.peer,
+    'x-forwarded-proto': (fwd.peerTrusted ? single(incoming['x-forwarded-proto']) : undefined) ?? 'http',
+  };
   const host = (fwd.peerTrusted ? single(incoming['x-forwarded-host']) : undefined) ?? fwd.host;
   if (host !== undefined) out['x-forwarded-host'] = host;
   return out;

@@ -15,7 +15,10 @@ import httpProxy from 'http-proxy';
 import { ServiceError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { CompiledProxy } from './compile.js';
+import { sendSocketProblem } from '../http/respond.js';
 import { destinationPath } from './destination.js';
+import { forwardedHeaders, type ForwardedFor } from './headers.js';
+import { upstreamError } from './upstream.js';
 
 export class UpgradeForwarder {
   private readonly proxy = httpProxy.createProxyServer({ ws: true, xfwd: false });
@@ -34,7 +37,7 @@ export class UpgradeForwarder {
   }
 
   /** Throws ServiceError before anything is written; afterwards failures close the socket. */
-  forward(proxy: CompiledProxy, req: IncomingMessage, socket: Duplex, head: Buffer, fwd: { peer: string; peerTrusted: boolean }): void {
+  forward(proxy: CompiledProxy, req: IncomingMessage, socket: Duplex, head: Buffer, fwd: Omit<ForwardedFor, 'host'>): void {
     const { config } = proxy;
     if (proxy.request.length > 0 || proxy.response.length > 0 || config.leak_guard === 'block') {
       throw new ServiceError('upgrade_not_allowed', {
@@ -46,21 +49,15 @@ export class UpgradeForwarder {
     for (const name of Object.keys(h)) {
       if (name.startsWith('svc-') || name === 'forwarded' || name === 'proxy-authorization') delete h[name];
     }
-    const prior = fwd.peerTrusted ? h['x-forwarded-for'] : undefined;
-    h['x-forwarded-for'] = prior ? `${Array.isArray(prior) ? prior.join(', ') : prior}, ${fwd.peer}` : fwd.peer;
-    if (!fwd.peerTrusted || h['x-forwarded-proto'] === undefined) h['x-forwarded-proto'] = 'http';
-    if (!fwd.peerTrusted || h['x-forwarded-host'] === undefined) {
-      if (h.host !== undefined) h['x-forwarded-host'] = h.host;
-      else delete h['x-forwarded-host'];
-    }
+    const forwarded = forwardedHeaders(h, { ...fwd, host: h.host });
+    delete h['x-forwarded-host'];
+    Object.assign(h, forwarded);
     if (proxy.destination.authorization) h.authorization = proxy.destination.authorization;
     req.url = path;
     this.proxy.ws(req, socket, head, { target: proxy.destination.origin, changeOrigin: true, proxyTimeout: config.timeout_ms }, (err) => {
       this.log.warn({ proxy: config.id, code: (err as NodeJS.ErrnoException).code }, 'upgrade to the destination failed');
-      if (!this.answered.has(socket) && socket.writable && !socket.destroyed) {
-        const body = JSON.stringify({ proxy_error: { type: 'urn:tokenproxy:problem:destination_unreachable', title: 'The destination could not be reached', status: 502, detail: 'The destination could not be reached', code: 'destination_unreachable' } });
-        socket.end(`HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
-      } else socket.destroy();
+      if (!this.answered.has(socket) && socket.writable && !socket.destroyed) sendSocketProblem(socket, upstreamError(err), {}, 'proxy_error');
+      else socket.destroy();
     });
   }
 
