@@ -3,7 +3,7 @@
  * A presented key is hashed and looked up by digest; the match is confirmed with
  * timingSafeEqual, so no comparison leaks how much of a key was right.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { hash, timingSafeEqual } from 'node:crypto';
 import type { ApplicationConfig, ProxyConfig, TenantConfig } from '../config/schema.js';
 
 export type KeyKind = 'test' | 'public' | 'private' | 'management';
@@ -23,8 +23,9 @@ export interface ProxyPrincipal {
   keyId: string;
 }
 
+/** One-shot SHA-256 (crypto.hash: no Hash object per call; Node >= 20.12). */
 export function sha256(value: string): Buffer {
-  return createHash('sha256').update(value, 'utf8').digest();
+  return hash('sha256', value, 'buffer');
 }
 
 /** The identity used in logs and rate-limit counters for a key digest. */

@@ -41,25 +41,27 @@ export function createPipeline(opts: PipelineOptions): (req: IncomingMessage, re
 
 async function handle(opts: PipelineOptions, router: Router<Route>, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const started = process.hrtime.bigint();
-  const { requestId, log, headers } = identify(opts, req);
+  const { requestId, log, access, headers } = identify(opts, req);
   let routePath = '(none)';
   let route: Route | undefined;
   let ctx: Context | undefined;
-  res.on('finish', () => {
-    const ms = Number(process.hrtime.bigint() - started) / 1e6;
-    // Method, route pattern and status only: never the raw URL (a query may carry a proxy key).
-    log.info(
-      { method: req.method, route: routePath, status: res.statusCode, ms: Math.round(ms * 100) / 100, tenant: ctx?.principal?.tenant.id ?? ctx?.proxyPrincipal?.tenant.id, app: ctx?.principal?.app.id },
-      'request',
-    );
-  });
+  if (opts.log.isLevelEnabled('info')) {
+    res.on('finish', () => {
+      const ms = Number(process.hrtime.bigint() - started) / 1e6;
+      // Method, route pattern and status only: never the raw URL (a query may carry a proxy key).
+      access({ method: req.method, route: routePath, status: res.statusCode, ms: Math.round(ms * 100) / 100, tenant: ctx?.principal?.tenant.id ?? ctx?.proxyPrincipal?.tenant.id, app: ctx?.principal?.app.id });
+    });
+  }
   try {
     const url = new URL(req.url ?? '/', 'http://localhost');
     const match = router.match(req.method ?? 'GET', url.pathname);
     route = match.route;
     routePath = route.path;
     ctx = {
-      req, res, url, requestId, log, headers,
+      req, res, url, requestId, headers,
+      get log() {
+        return log();
+      },
       clientIp: opts.clientIp(req.socket.remoteAddress ?? '', headerValue(req.headers['x-forwarded-for'])),
       params: match.params,
       rest: match.rest,
@@ -70,8 +72,8 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
     if (opts.rateLimits && route.group !== 'health') Object.assign(headers, await opts.rateLimits.check(ctx, route));
     await route.handle(ctx);
   } catch (err) {
-    if (!(err instanceof ServiceError)) log.error({ error: safeError(err) }, 'unhandled error');
-    else if (err.status >= 500) log.warn({ code: err.code, cause: safeError(err.cause) }, 'request failed');
+    if (!(err instanceof ServiceError)) log().error({ error: safeError(err) }, 'unhandled error');
+    else if (err.status >= 500) log().warn({ code: err.code, cause: safeError(err.cause) }, 'request failed');
     drainAndAnswer(req, res, err, headers, route?.wrapErrors);
   }
 }
@@ -80,11 +82,24 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
  * SVC-PROXY-KEY from the header or the `svc-proxy-key` query parameter (compat.md). With the
  * proxy's require_auth, the caller must also hold an API key with proxy:invoke in the same tenant.
  */
-/** The request id (a valid SVC-Trace-Id, else a new UUID), its logger and the headers every answer carries. */
-function identify(opts: PipelineOptions, req: IncomingMessage): { requestId: string; log: Logger; headers: Record<string, string> } {
+/**
+ * The request id (a valid SVC-Trace-Id, else a new UUID), its logger and the headers every answer
+ * carries. The child logger is made on first use: most requests never log beyond the access line.
+ */
+function identify(
+  opts: PipelineOptions,
+  req: IncomingMessage,
+): { requestId: string; log: () => Logger; access: (fields: Record<string, unknown>) => void; headers: Record<string, string> } {
   const trace = req.headers['svc-trace-id'];
   const requestId = typeof trace === 'string' && TRACE_ID.test(trace) ? trace : randomUUID();
-  return { requestId, log: opts.log.child({ req_id: requestId }), headers: { 'svc-trace-id': requestId } };
+  let child: Logger | undefined;
+  return {
+    requestId,
+    log: () => (child ??= opts.log.child({ req_id: requestId })),
+    // The access line: through the child when one was made, else the same fields without making one.
+    access: (fields) => (child ? child.info(fields, 'request') : opts.log.info({ req_id: requestId, ...fields }, 'request')),
+    headers: { 'svc-trace-id': requestId },
+  };
 }
 
 function authenticateProxy(opts: PipelineOptions, ctx: Context): void {
@@ -119,14 +134,14 @@ export function createUpgradeHandler(
 ): (req: IncomingMessage, socket: Duplex, head: Buffer) => void {
   return (req, socket, head) => {
     socket.on('error', () => socket.destroy());
-    const { requestId, log, headers } = identify(opts, req);
+    const { requestId, log, access, headers } = identify(opts, req);
     void (async () => {
       let status = 101;
       try {
         const url = new URL(req.url ?? '/', 'http://localhost');
         if (!url.pathname.startsWith('/proxy/')) throw new ServiceError('route_not_found', { detail: 'Only /proxy/* accepts protocol upgrades' });
         const ctx: Context = {
-          req, res: undefined as unknown as ServerResponse, url, requestId, log, headers,
+          req, res: undefined as unknown as ServerResponse, url, requestId, log: log(), headers,
           clientIp: opts.clientIp(req.socket.remoteAddress ?? '', headerValue(req.headers['x-forwarded-for'])),
           params: {}, rest: '',
           readJson: () => Promise.reject(new ServiceError('unsupported_media_type')),
@@ -135,10 +150,10 @@ export function createUpgradeHandler(
         if (opts.rateLimits) Object.assign(headers, await opts.rateLimits.check(ctx, { group: 'proxy' } as Route));
         forward(ctx, socket, head);
       } catch (err) {
-        if (!(err instanceof ServiceError)) log.error({ error: safeError(err) }, 'unhandled error');
+        if (!(err instanceof ServiceError)) log().error({ error: safeError(err) }, 'unhandled error');
         status = sendSocketProblem(socket, err, headers, 'proxy_error');
       }
-      log.info({ method: req.method, route: '/proxy/* (upgrade)', status }, 'request');
+      access({ method: req.method, route: '/proxy/* (upgrade)', status });
     })();
   };
 }

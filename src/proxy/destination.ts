@@ -66,7 +66,7 @@ export function safeSuffix(rawSuffix: string): string {
   const segments = rawSuffix.split('/');
   for (const seg of segments) {
     if (seg === '') continue;
-    const decoded = fullyDecoded(seg);
+    const decoded = seg.includes('%') ? fullyDecoded(seg) : seg;
     if (decoded === '.' || decoded === '..') throw refuse('Dot segments (. and ..) are not allowed in the proxy path');
     if (decoded.includes('/') || decoded.includes('\\')) throw refuse('Encoded slashes and backslashes are not allowed in the proxy path');
     if (/[\0-\x1f\x7f]/.test(decoded)) throw refuse('Control characters are not allowed in the proxy path');
@@ -114,10 +114,11 @@ export function splitProxyTarget(rawUrl: string): { suffix: string; query: strin
   return { suffix: path.slice('/proxy'.length), query };
 }
 
-/** The path and query to send to the destination's origin. */
-export function destinationPath(base: DestinationBase, rawUrl: string): string {
-  const { suffix, query } = splitProxyTarget(rawUrl);
+/** The path and query to send to the destination's origin (`target`: a raw URL or its split). */
+export function destinationPath(base: DestinationBase, target: string | { suffix: string; query: string }): string {
+  const { suffix, query } = typeof target === 'string' ? splitProxyTarget(target) : target;
   const path = (base.basePath + safeSuffix(suffix)).replace(/\/{2,}/g, '/') || '/';
-  const q = [base.baseQuery, stripProxyKeyParam(query)].filter((s) => s !== '').join('&');
+  const stripped = stripProxyKeyParam(query);
+  const q = base.baseQuery === '' ? stripped : stripped === '' ? base.baseQuery : `${base.baseQuery}&${stripped}`;
   return q === '' ? path : `${path}?${q}`;
 }

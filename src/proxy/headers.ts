@@ -21,8 +21,11 @@ const HOP_BY_HOP = new Set([
 /** Set by us or by the HTTP client; never copied from the caller. */
 const REPLACED = new Set(['host', 'content-length', 'expect', 'forwarded', 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host']);
 
-function connectionListed(headers: IncomingHttpHeaders | Record<string, unknown>): Set<string> {
+const NONE: ReadonlySet<string> = new Set();
+
+function connectionListed(headers: IncomingHttpHeaders | Record<string, unknown>): ReadonlySet<string> {
   const c = headers.connection;
+  if (c === undefined) return NONE;
   const value = Array.isArray(c) ? c.join(',') : typeof c === 'string' ? c : '';
   return new Set(value.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean));
 }

@@ -72,18 +72,17 @@ export class ProxyService {
   async handle(ctx: Context): Promise<void> {
     const pp = ctx.proxyPrincipal!;
     const entry = this.entries.get(`${pp.tenant.id}/${pp.proxy.id}`)!;
-    const rawUrl = ctx.req.url ?? '/';
-    const path = destinationPath(entry.proxy.destination, rawUrl);
+    const target = splitProxyTarget(ctx.req.url ?? '/');
+    const path = destinationPath(entry.proxy.destination, target);
     const peer = normalizeIp(ctx.req.socket.remoteAddress ?? '');
     const headers = outgoingHeaders(ctx.req.headers, { peer, peerTrusted: this.opts.trustedPeer(peer), host: ctx.req.headers.host });
-    const tctx: TransformContext = {
-      method: ctx.req.method ?? 'GET',
-      path: splitProxyTarget(rawUrl).suffix || '/',
-      query: queryObject(ctx.url.searchParams),
-      log: ctx.log,
-    };
-    if (entry.proxy.buffered) await this.transformed(ctx, entry, path, headers, tctx);
-    else await this.passThrough(ctx, entry, path, headers, tctx);
+    const method = ctx.req.method ?? 'GET';
+    const { proxy } = entry;
+    // What transforms see of the request; a proxy without transforms never builds it.
+    const tctx: TransformContext | null =
+      proxy.buffered || proxy.response.length > 0 ? { method, path: target.suffix || '/', query: queryObject(ctx.url.searchParams), log: ctx.log } : null;
+    if (proxy.buffered) await this.transformed(ctx, entry, path, headers, tctx!);
+    else await this.passThrough(ctx, entry, method, path, headers, tctx);
   }
 
   /** An authenticated, rate-limited upgrade request (see upgrade.ts). */
@@ -94,7 +93,14 @@ export class ProxyService {
     this.upgrades.forward(entry.proxy, ctx.req, socket, head, { peer, peerTrusted: this.opts.trustedPeer(peer) });
   }
 
-  private async passThrough(ctx: Context, entry: Entry, path: string, headers: Record<string, string | string[]>, tctx: TransformContext): Promise<void> {
+  private async passThrough(
+    ctx: Context,
+    entry: Entry,
+    method: string,
+    path: string,
+    headers: Record<string, string | string[]>,
+    tctx: TransformContext | null,
+  ): Promise<void> {
     const req = ctx.req;
     const length = req.headers['content-length'];
     const hasBody = length !== undefined ? Number(length) > 0 : req.headers['transfer-encoding'] !== undefined;
@@ -119,7 +125,7 @@ export class ProxyService {
         req.once('error', (err) => body!.destroy(err));
       }
     }
-    await this.forward(ctx, entry, { method: tctx.method, path, headers, body }, {}, tctx);
+    await this.forward(ctx, entry, { method, path, headers, body }, {}, tctx);
   }
 
   private async transformed(ctx: Context, entry: Entry, path: string, headers: Record<string, string | string[]>, tctx: TransformContext): Promise<void> {
@@ -147,7 +153,8 @@ export class ProxyService {
     entry: Entry,
     request: { method: string; path: string; headers: Record<string, string | string[]>; body: Buffer | Readable | undefined },
     tokens: Record<string, unknown>,
-    tctx: TransformContext,
+    /** Null only for a proxy without response transforms. */
+    tctx: TransformContext | null,
   ): Promise<void> {
     const { proxy } = entry;
     const transformsResponse = proxy.response.length > 0;
@@ -174,7 +181,7 @@ export class ProxyService {
       }
       throw upstreamError(err);
     }
-    if (!collected) return;
+    if (!collected || !tctx) return;
     const { head, chunks } = collected;
     if (!isIdentity(head.headers['content-encoding'])) {
       throw new ServiceError('destination_response_untransformable', { detail: 'The destination answered with a Content-Encoding the response transforms cannot read' });
@@ -188,19 +195,24 @@ export class ProxyService {
     // length; for a HEAD the length a transformed GET would have is unknown, so none is announced
     // (rather than 0, or the destination's untransformed length).
     if (tctx.method === 'HEAD' || head.statusCode === 204) {
-      const out = { ...this.answerHeaders(ctx, head, finalHeaders) };
+      const out = this.answerHeaders(ctx, head, { ...finalHeaders });
       delete out['content-length'];
       ctx.res.writeHead(head.statusCode, out);
       ctx.res.end();
       return;
     }
     const bytes = body.serialize();
-    ctx.res.writeHead(head.statusCode, { ...this.answerHeaders(ctx, head, finalHeaders), 'content-length': bytes.length });
+    const out = this.answerHeaders(ctx, head, { ...finalHeaders });
+    out['content-length'] = bytes.length;
+    ctx.res.writeHead(head.statusCode, out);
     ctx.res.end(bytes);
   }
 
+  /** Adds ours (trace id, rate-limit headers, destination status) to `upstream`, a fresh object it changes. */
   private answerHeaders(ctx: Context, head: UpstreamHead, upstream: OutgoingHttpHeaders): OutgoingHttpHeaders {
-    return { ...upstream, ...ctx.headers, [DESTINATION_STATUS_HEADER]: String(head.statusCode) };
+    Object.assign(upstream, ctx.headers);
+    upstream[DESTINATION_STATUS_HEADER] = String(head.statusCode);
+    return upstream;
   }
 
   /** Logs (never the number) and counts findings; in block mode refuses the request. */
