@@ -1,15 +1,25 @@
 /**
  * The embedded token store: one SQLite file (better-sqlite3), for a single instance.
  *
- * Durability: WAL with synchronous=FULL fsyncs the WAL at every commit, so an insert that has
+ * Durability: WAL with synchronous=FULL fsyncs the WAL at every commit, so a write that has
  * resolved survives kill -9 and power loss (https://www.sqlite.org/pragma.html#pragma_synchronous).
  * Columns hold what is filtered on; the record itself is JSON, the cvc a separate column so
  * purgeCvc can clear it without rewriting the record. Side tables index search hashes and
  * metadata pairs so a search is an index lookup, not a scan.
+ *
+ * Threads: every write runs on a worker thread (embedded-writer.ts) with a second connection to
+ * the same file, so the commit and its fsync (about a quarter of the tokenizing proxy's main
+ * thread, and a stall of the event loop while the disk syncs) happen off the main thread. Reads
+ * stay on the main thread's connection: WAL lets them run while the writer commits, and a write
+ * resolves only after the writer's COMMIT returned, so the next read sees it. A ':memory:'
+ * database cannot be shared with another thread: there the same write code runs in-thread.
  */
 import Database from 'better-sqlite3';
 import { closeSync, mkdirSync, openSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { checkPage, cvcVisible, decodeCursor, decodeDataKey, decodeRecord, encodeCursor, encodeRecord, InvalidCursorError, timeMs } from './codec.js';
 import type { Page, PageResult, StoredToken, TokenFilter, TokenStore, WrappedDataKey } from './types.js';
 import { DuplicateTokenError, StoreUnavailableError } from './types.js';
 
@@ -55,10 +65,36 @@ interface Row {
 
 type Params = Record<string, string | number | null>;
 
-interface PendingInsert {
-  rows: { record: StoredToken; params: Params }[];
-  resolve: () => void;
-  reject: (err: unknown) => void;
+/** One record as the writer needs it (structured-cloned to the writer thread). */
+export interface WriteRow {
+  tenant_id: string;
+  id: string;
+  index_hashes: string[];
+  metadata: Record<string, string>;
+  params: Params;
+}
+
+export type WriteOp =
+  | { op: 'insert'; rows: WriteRow[] }
+  | { op: 'update'; row: WriteRow }
+  | { op: 'delete'; tenant_id: string; id: string }
+  | { op: 'purgeCvc'; now: number }
+  | { op: 'addKey'; key: WrappedDataKey };
+
+export type WriteResult = { ok: true; value: unknown } | { ok: false; error: unknown };
+
+/** A write failure as it crosses the thread boundary: no message, no values, only what it was. */
+export type ErrorDescriptor = { kind: 'duplicate'; id: string } | { kind: 'sqlite'; code: string } | { kind: 'other' };
+
+/** Main thread → writer: the writes of one event-loop turn; `close` after the last. */
+export interface WriterRequest {
+  ops: { id: number; op: WriteOp }[];
+  close?: boolean;
+}
+
+/** Writer → main thread: one answer per op, sent after their transaction committed (or failed). */
+export interface WriterReply {
+  results: { id: number; ok: boolean; value?: unknown; error?: ErrorDescriptor }[];
 }
 
 /** Optional list conditions; a statement is prepared once per combination present. */
@@ -84,8 +120,52 @@ function sqliteCode(err: unknown): string | null {
   return err instanceof Database.SqliteError ? err.code : null;
 }
 
-function prepareStatements(db: Database.Database) {
+export function describeError(err: unknown): ErrorDescriptor {
+  if (err instanceof DuplicateTokenError) return { kind: 'duplicate', id: err.id };
+  const code = sqliteCode(err);
+  return code ? { kind: 'sqlite', code } : { kind: 'other' };
+}
+
+/** The error a caller sees for a failed write (`cause` only when it happened in this thread). */
+function writeError(d: ErrorDescriptor, cause?: unknown): Error {
+  if (d.kind === 'duplicate') return new DuplicateTokenError(d.id);
+  const options = cause === undefined ? undefined : { cause };
+  if (d.kind === 'sqlite') return new StoreUnavailableError(`the embedded store failed (${d.code})`, options);
+  return new StoreUnavailableError('the embedded store failed', options);
+}
+
+/** A connection with the settings every connection needs (they are per connection, except WAL). */
+export function openConnection(path: string): Database.Database {
+  const db = new Database(path);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = FULL');
+  db.pragma('busy_timeout = 5000');
+  db.pragma('foreign_keys = ON');
+  return db;
+}
+
+function prepareReads(db: Database.Database) {
   return {
+    get: db.prepare<[Params], Row>(`SELECT ${COLUMNS} FROM tokens WHERE tenant_id = @tenant AND id = @id AND ${LIVE}`),
+    getMany: db.prepare<[Params], Row & { id: string }>(
+      `SELECT id, ${COLUMNS} FROM tokens WHERE tenant_id = @tenant AND id IN (SELECT value FROM json_each(@ids)) AND ${LIVE}`,
+    ),
+    byFingerprint: db.prepare<[Params], Row>(
+      `SELECT ${COLUMNS} FROM tokens WHERE tenant_id = @tenant AND fingerprint = @fingerprint AND type = @type AND ${LIVE} ORDER BY seq LIMIT 1`,
+    ),
+    listKeys: db.prepare<[], { kid: string; wrapped: string; created_at: string }>('SELECT kid, wrapped, created_at FROM data_keys ORDER BY ord'),
+    ping: db.prepare('SELECT 1'),
+  };
+}
+
+/**
+ * The write side, shared by the writer thread and the in-thread (':memory:') mode: a function that
+ * runs a list of writes in ONE transaction (one WAL fsync), each write in a savepoint of its own
+ * (better-sqlite3 nests transactions as savepoints), so a duplicate id fails that insertMany alone
+ * and the others commit. Any other failure rolls the whole group back and fails every write in it.
+ */
+export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) => WriteResult[] {
+  const s = {
     insert: db.prepare<[Params]>(
       `INSERT INTO tokens (tenant_id, id, type, container, fingerprint, expires_ms, cvc_sealed, cvc_expires_ms, record)
        VALUES (@tenant, @id, @type, @container, @fingerprint, @expires_ms, @cvc_sealed, @cvc_expires_ms, @record)`,
@@ -94,13 +174,6 @@ function prepareStatements(db: Database.Database) {
     insertMeta: db.prepare<[string, string, string, number | bigint]>('INSERT OR IGNORE INTO token_metadata (tenant_id, key, value, seq) VALUES (?, ?, ?, ?)'),
     deleteHashes: db.prepare<[number]>('DELETE FROM token_index_hashes WHERE seq = ?'),
     deleteMeta: db.prepare<[number]>('DELETE FROM token_metadata WHERE seq = ?'),
-    get: db.prepare<[Params], Row>(`SELECT ${COLUMNS} FROM tokens WHERE tenant_id = @tenant AND id = @id AND ${LIVE}`),
-    getMany: db.prepare<[Params], Row & { id: string }>(
-      `SELECT id, ${COLUMNS} FROM tokens WHERE tenant_id = @tenant AND id IN (SELECT value FROM json_each(@ids)) AND ${LIVE}`,
-    ),
-    byFingerprint: db.prepare<[Params], Row>(
-      `SELECT ${COLUMNS} FROM tokens WHERE tenant_id = @tenant AND fingerprint = @fingerprint AND type = @type AND ${LIVE} ORDER BY seq LIMIT 1`,
-    ),
     liveSeq: db.prepare<[Params], { seq: number }>(`SELECT seq FROM tokens WHERE tenant_id = @tenant AND id = @id AND ${LIVE}`),
     update: db.prepare<[Params]>(
       `UPDATE tokens SET type = @type, container = @container, fingerprint = @fingerprint, expires_ms = @expires_ms,
@@ -110,22 +183,174 @@ function prepareStatements(db: Database.Database) {
     purgeCvc: db.prepare<[number]>('UPDATE tokens SET cvc_sealed = NULL WHERE cvc_sealed IS NOT NULL AND cvc_expires_ms <= ?'),
     listKeys: db.prepare<[], { kid: string; wrapped: string; created_at: string }>('SELECT kid, wrapped, created_at FROM data_keys ORDER BY ord'),
     addKey: db.prepare<[string, string, string]>('INSERT OR IGNORE INTO data_keys (kid, wrapped, created_at) VALUES (?, ?, ?)'),
-    ping: db.prepare('SELECT 1'),
   };
+  const writeSide = (r: WriteRow, seq: number | bigint): void => {
+    for (const hash of r.index_hashes) s.insertHash.run(r.tenant_id, hash, seq);
+    for (const [key, value] of Object.entries(r.metadata)) s.insertMeta.run(r.tenant_id, key, value, seq);
+  };
+  const one = db.transaction((w: WriteOp): unknown => {
+    switch (w.op) {
+      case 'insert':
+        for (const r of w.rows) {
+          let seq: number | bigint;
+          try {
+            seq = s.insert.run(r.params).lastInsertRowid;
+          } catch (err) {
+            const code = sqliteCode(err);
+            if (code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY') throw new DuplicateTokenError(r.id);
+            throw err;
+          }
+          writeSide(r, seq);
+        }
+        return undefined;
+      case 'update': {
+        const live = s.liveSeq.get({ tenant: w.row.tenant_id, id: w.row.id, now: Date.now() });
+        if (!live) return false;
+        s.update.run({ ...w.row.params, seq: live.seq });
+        s.deleteHashes.run(live.seq);
+        s.deleteMeta.run(live.seq);
+        writeSide(w.row, live.seq);
+        return true;
+      }
+      case 'delete': {
+        // True only when it was live: an expired token counts as missing.
+        const row = s.delete.get(w.tenant_id, w.id);
+        return row !== undefined && (row.expires_ms === null || row.expires_ms > Date.now());
+      }
+      case 'purgeCvc':
+        return s.purgeCvc.run(w.now).changes;
+      case 'addKey':
+        s.addKey.run(w.key.kid, w.key.wrapped, w.key.created_at);
+        return s.listKeys.all();
+    }
+  });
+  const group = db.transaction((ops: readonly WriteOp[], out: WriteResult[]) => {
+    for (const w of ops) {
+      try {
+        out.push({ ok: true, value: one(w) });
+      } catch (err) {
+        if (!(err instanceof DuplicateTokenError)) throw err;
+        out.push({ ok: false, error: err });
+      }
+    }
+  });
+  return (ops) => {
+    const out: WriteResult[] = [];
+    try {
+      group(ops, out);
+    } catch (err) {
+      return ops.map(() => ({ ok: false, error: err }));
+    }
+    return out;
+  };
+}
+
+/**
+ * Starts embedded-writer.js next to this file, or embedded-writer.ts when running from source
+ * under a TypeScript loader (tap's ts-node, tsx). The worker inherits process.execArgv, but on
+ * Node 20 (and 22/24 before tsx 4.21's 22.22.3/24.11.1) tsx registers its hooks on the main
+ * thread only (https://github.com/privatenumber/tsx/issues/354), so from source the worker starts
+ * from a small bootstrap that registers tsx itself when its loader cannot load the .ts entry.
+ */
+function startWriter(dbPath: string): Worker {
+  const workerData = { path: dbPath };
+  const here = fileURLToPath(import.meta.url);
+  if (!here.endsWith('.ts')) return new Worker(join(dirname(here), 'embedded-writer.js'), { workerData });
+  const entry = new URL('./embedded-writer.ts', import.meta.url).href;
+  let tsx: string | null = null;
+  try {
+    tsx = import.meta.resolve('tsx/esm/api');
+  } catch {
+    // no tsx: the inherited loader must handle .ts on its own
+  }
+  const bootstrap = `
+    const entry = ${JSON.stringify(entry)}, tsx = ${JSON.stringify(tsx)};
+    import(entry).catch(async (err) => {
+      if (err?.code !== 'ERR_UNKNOWN_FILE_EXTENSION' || tsx === null) throw err;
+      (await import(tsx)).register();
+      await import(entry + '?tsx');
+    });`;
+  return new Worker(bootstrap, { eval: true, workerData });
+}
+
+interface Request {
+  op: WriteOp;
+  resolve: (value: unknown) => void;
+  reject: (err: unknown) => void;
+}
+
+/**
+ * One writer thread. It keeps the process alive only while a write is in flight (ref'd then,
+ * unref'd when idle). When it dies, every write in flight rejects; the store starts a new one.
+ */
+class WriterThread {
+  readonly #worker: Worker;
+  readonly #inflight = new Map<number, Request>();
+  #nextId = 1;
+  #closing = false;
+  #alive = true;
+  readonly exited: Promise<void>;
+
+  constructor(dbPath: string) {
+    this.#worker = startWriter(dbPath);
+    this.#worker.unref();
+    this.#worker.on('message', (m: WriterReply) => this.#answer(m));
+    // An uncaught error in the writer ('error') is always followed by 'exit', which rejects.
+    this.#worker.on('error', () => {});
+    this.exited = new Promise((resolve) => {
+      this.#worker.once('exit', () => {
+        this.#alive = false;
+        const lost = [...this.#inflight.values()];
+        this.#inflight.clear();
+        for (const r of lost) r.reject(new StoreUnavailableError('the embedded store writer stopped'));
+        resolve();
+      });
+    });
+  }
+
+  get alive(): boolean {
+    return this.#alive;
+  }
+
+  get worker(): Worker {
+    return this.#worker;
+  }
+
+  send(requests: readonly Request[], close = false): void {
+    if (this.#inflight.size === 0 || close) this.#worker.ref();
+    if (close) this.#closing = true;
+    const ops = requests.map((r) => {
+      const id = this.#nextId++;
+      this.#inflight.set(id, r);
+      return { id, op: r.op };
+    });
+    this.#worker.postMessage({ ops, close } satisfies WriterRequest);
+  }
+
+  #answer(m: WriterReply): void {
+    for (const res of m.results) {
+      const r = this.#inflight.get(res.id);
+      if (!r) continue;
+      this.#inflight.delete(res.id);
+      if (res.ok) r.resolve(res.value);
+      else r.reject(writeError(res.error ?? { kind: 'other' }));
+    }
+    if (this.#inflight.size === 0 && !this.#closing) this.#worker.unref();
+  }
 }
 
 export class EmbeddedStore implements TokenStore {
   readonly kind = 'embedded' as const;
   readonly #db: Database.Database;
   readonly #listStatements = new Map<number, Database.Statement<[Params], Row>>();
-  readonly #s: ReturnType<typeof prepareStatements>;
-  readonly #insertTx: (rows: { record: StoredToken; params: Params }[]) => void;
-  readonly #groupTx: (batches: readonly PendingInsert[], failures: (Error | null)[]) => void;
-  /** Inserts waiting for the next group commit (see insertMany). */
-  #pending: PendingInsert[] = [];
+  readonly #s: ReturnType<typeof prepareReads>;
+  /** In-thread writes (':memory:' only); null when a writer thread does them. */
+  readonly #execute: ((ops: readonly WriteOp[]) => WriteResult[]) | null = null;
+  #writer: WriterThread | null = null;
+  /** Writes waiting for the next group commit (see insertMany). */
+  #queue: Request[] = [];
   #flushScheduled = false;
-  readonly #updateTx: (record: StoredToken, params: Params) => boolean;
-  readonly #addKeyTx: (key: WrappedDataKey) => WrappedDataKey[];
+  #closed: Promise<void> | null = null;
 
   /** Opens (creating if needed) the database at `path`, or ':memory:'. */
   constructor(readonly path: string) {
@@ -135,11 +360,7 @@ export class EmbeddedStore implements TokenStore {
         // Created 0600 before SQLite opens it; SQLite gives -wal/-shm the same mode.
         closeSync(openSync(path, 'a', 0o600));
       }
-      this.#db = new Database(path);
-      this.#db.pragma('journal_mode = WAL');
-      this.#db.pragma('synchronous = FULL');
-      this.#db.pragma('busy_timeout = 5000');
-      this.#db.pragma('foreign_keys = ON');
+      this.#db = openConnection(path);
       const version = Number(this.#db.pragma('user_version', { simple: true }));
       if (version > SCHEMA_VERSION) throw new Error(`the database schema (version ${version}) is newer than this tokenproxy understands`);
       this.#db.exec(SCHEMA);
@@ -148,85 +369,26 @@ export class EmbeddedStore implements TokenStore {
       const reason = err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : String(err instanceof Error ? err.message : err);
       throw new StoreUnavailableError(`cannot open the embedded store ${path}: ${reason}`, { cause: err });
     }
-    const s = (this.#s = prepareStatements(this.#db));
-    // Transactions (BEGIN … COMMIT, ROLLBACK when the function throws), built once like the statements.
-    this.#insertTx = this.#db.transaction((rows: { record: StoredToken; params: Params }[]) => {
-      for (const { record, params } of rows) {
-        let seq: number | bigint;
-        try {
-          seq = s.insert.run(params).lastInsertRowid;
-        } catch (err) {
-          const code = sqliteCode(err);
-          if (code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY') throw new DuplicateTokenError(record.id);
-          throw err;
-        }
-        this.#writeSide(record, seq);
-      }
-    });
-    // One transaction (one WAL fsync) for every insert that arrived since the last commit; each
-    // insert runs in a savepoint of its own (better-sqlite3 nests transactions as savepoints), so
-    // a duplicate id fails that request's batch alone and the others commit.
-    this.#groupTx = this.#db.transaction((batches: readonly PendingInsert[], failures: (Error | null)[]) => {
-      for (const b of batches) {
-        try {
-          this.#insertTx(b.rows);
-          failures.push(null);
-        } catch (err) {
-          if (!(err instanceof DuplicateTokenError)) throw err;
-          failures.push(err);
-        }
-      }
-    });
-    this.#updateTx = this.#db.transaction((record: StoredToken, params: Params) => {
-      const live = s.liveSeq.get({ tenant: record.tenant_id, id: record.id, now: Date.now() });
-      if (!live) return false;
-      s.update.run({ ...params, seq: live.seq });
-      s.deleteHashes.run(live.seq);
-      s.deleteMeta.run(live.seq);
-      this.#writeSide(record, live.seq);
-      return true;
-    });
-    this.#addKeyTx = this.#db.transaction((key: WrappedDataKey) => {
-      s.addKey.run(key.kid, key.wrapped, key.created_at);
-      return s.listKeys.all().map((r) => decodeDataKey(r));
-    });
+    this.#s = prepareReads(this.#db);
+    // The schema exists now; the writer opens its own connection to it.
+    if (path === ':memory:') this.#execute = writeExecutor(this.#db);
+    else this.#writer = new WriterThread(path);
   }
 
   /**
-   * Group commit: inserts that arrive within one turn of the event loop are written in one
-   * transaction with one fsync, and each promise resolves only after that commit (so the
-   * durability promise is unchanged: a resolved insert survives kill -9). Under concurrent load
-   * this turns one fsync per request into one per turn; a lone insert waits only for setImmediate.
+   * Group commit: inserts (and other writes) that arrive within one turn of the event loop go to
+   * the writer in one message; the writer commits every message it has received by its next turn
+   * in one transaction with one fsync, and each promise resolves only after that commit (so a
+   * resolved insert survives kill -9). A lone insert waits only for two setImmediates.
    */
   insertMany(records: StoredToken[]): Promise<void> {
-    let rows: { record: StoredToken; params: Params }[];
+    let rows: WriteRow[];
     try {
-      rows = records.map((record) => ({ record, params: this.#params(record) }));
+      rows = records.map((r) => this.#row(r));
     } catch (err) {
       return Promise.reject(err);
     }
-    return new Promise<void>((resolve, reject) => {
-      this.#pending.push({ rows, resolve, reject });
-      if (!this.#flushScheduled) {
-        this.#flushScheduled = true;
-        setImmediate(() => this.#flush());
-      }
-    });
-  }
-
-  #flush(): void {
-    this.#flushScheduled = false;
-    const batches = this.#pending;
-    this.#pending = [];
-    if (batches.length === 0) return;
-    const failures: (Error | null)[] = [];
-    try {
-      this.#run(() => this.#groupTx(batches, failures));
-    } catch (err) {
-      for (const b of batches) b.reject(err);
-      return;
-    }
-    batches.forEach((b, i) => (failures[i] ? b.reject(failures[i]) : b.resolve()));
+    return this.#write({ op: 'insert', rows }, () => undefined);
   }
 
   async get(tenantId: string, id: string): Promise<StoredToken | null> {
@@ -249,14 +411,13 @@ export class EmbeddedStore implements TokenStore {
   }
 
   async update(record: StoredToken): Promise<boolean> {
-    const params = this.#params(record);
-    return this.#run(() => this.#updateTx(record, params));
+    const row = this.#row(record);
+    return this.#write({ op: 'update', row }, (v) => v === true);
   }
 
   /** Removes the record; true only when it was live (an expired token counts as missing). */
   async delete(tenantId: string, id: string): Promise<boolean> {
-    const row = this.#run(() => this.#s.delete.get(tenantId, id));
-    return row !== undefined && (row.expires_ms === null || row.expires_ms > Date.now());
+    return this.#write({ op: 'delete', tenant_id: tenantId, id }, (v) => v === true);
   }
 
   async findByFingerprint(tenantId: string, type: string, fingerprint: string): Promise<StoredToken | null> {
@@ -293,7 +454,7 @@ export class EmbeddedStore implements TokenStore {
   async purgeCvc(now: Date): Promise<number> {
     const ms = now.getTime();
     if (!Number.isFinite(ms)) throw new TypeError('purgeCvc: invalid date');
-    return this.#run(() => this.#s.purgeCvc.run(ms).changes);
+    return this.#write({ op: 'purgeCvc', now: ms }, (v) => (typeof v === 'number' ? v : 0));
   }
 
   async listDataKeys(): Promise<WrappedDataKey[]> {
@@ -301,17 +462,92 @@ export class EmbeddedStore implements TokenStore {
   }
 
   async addDataKey(key: WrappedDataKey): Promise<WrappedDataKey[]> {
-    return this.#run(() => this.#addKeyTx(key));
+    const copy = { kid: key.kid, wrapped: key.wrapped, created_at: key.created_at };
+    return this.#write({ op: 'addKey', key: copy }, (v) => (Array.isArray(v) ? v.map((r: unknown) => decodeDataKey(r)) : []));
   }
 
   async ping(): Promise<void> {
     this.#run(() => this.#s.ping.get());
   }
 
-  async close(): Promise<void> {
-    // Inserts already accepted are committed (or rejected) before the database closes.
-    this.#flush();
+  /** Writes already accepted are committed (or rejected), the writer exits, then the database closes. */
+  close(): Promise<void> {
+    this.#closed ??= this.#shutdown();
+    return this.#closed;
+  }
+
+  /** The writer thread, for tests that kill it; null in ':memory:' mode or when none is running. */
+  writerThread(): Worker | null {
+    return this.#writer?.alive ? this.#writer.worker : null;
+  }
+
+  async #shutdown(): Promise<void> {
+    const requests = this.#take();
+    if (this.#execute) this.#settle(requests, this.#execute(requests.map((r) => r.op)));
+    else if (requests.length > 0 || this.#writer?.alive) {
+      const writer = this.#liveWriter();
+      writer.send(requests, true);
+      await writer.exited;
+    }
+    this.#writer = null;
     if (this.#db.open) this.#db.close();
+  }
+
+  #write<T>(op: WriteOp, narrow: (value: unknown) => T): Promise<T> {
+    if (this.#closed) return Promise.reject(new StoreUnavailableError('the embedded store is closed'));
+    return new Promise<T>((resolve, reject) => {
+      const settle = (v: unknown): void => {
+        try {
+          resolve(narrow(v));
+        } catch (err) {
+          reject(err); // a corrupt data key row
+        }
+      };
+      this.#queue.push({ op, resolve: settle, reject });
+      if (!this.#flushScheduled) {
+        this.#flushScheduled = true;
+        setImmediate(() => this.#flush());
+      }
+    });
+  }
+
+  #take(): Request[] {
+    this.#flushScheduled = false;
+    const requests = this.#queue;
+    this.#queue = [];
+    return requests;
+  }
+
+  #flush(): void {
+    const requests = this.#take();
+    if (requests.length === 0) return;
+    if (this.#execute) {
+      this.#settle(requests, this.#execute(requests.map((r) => r.op)));
+      return;
+    }
+    let writer: WriterThread;
+    try {
+      writer = this.#liveWriter();
+    } catch (err) {
+      const failure = new StoreUnavailableError('the embedded store writer cannot start', { cause: err });
+      for (const r of requests) r.reject(failure);
+      return;
+    }
+    writer.send(requests);
+  }
+
+  /** The running writer, or a new one when it died (its writes in flight have been rejected). */
+  #liveWriter(): WriterThread {
+    if (!this.#writer?.alive) this.#writer = new WriterThread(this.path);
+    return this.#writer;
+  }
+
+  #settle(requests: readonly Request[], results: readonly WriteResult[]): void {
+    requests.forEach((r, i) => {
+      const res = results[i];
+      if (res.ok) r.resolve(res.value);
+      else r.reject(writeError(describeError(res.error), res.error));
+    });
   }
 
   #listStatement(present: Set<string>): Database.Statement<[Params], Row> {
@@ -328,8 +564,9 @@ export class EmbeddedStore implements TokenStore {
     return stmt;
   }
 
-  #params(r: StoredToken): Params {
-    return {
+  /** Encoded and validated here, so a bad date is a TypeError for this caller alone. */
+  #row(r: StoredToken): WriteRow {
+    const params: Params = {
       tenant: r.tenant_id,
       id: r.id,
       type: r.type,
@@ -340,124 +577,23 @@ export class EmbeddedStore implements TokenStore {
       cvc_expires_ms: timeMs(r.cvc_expires_at, 'cvc_expires_at'),
       record: encodeRecord(r),
     };
-  }
-
-  #writeSide(r: StoredToken, seq: number | bigint): void {
-    for (const hash of r.index_hashes) this.#s.insertHash.run(r.tenant_id, hash, seq);
-    for (const [key, value] of Object.entries(r.metadata)) this.#s.insertMeta.run(r.tenant_id, key, value, seq);
+    return { tenant_id: r.tenant_id, id: r.id, index_hashes: r.index_hashes, metadata: r.metadata, params };
   }
 
   #decode(row: Row, now: number): StoredToken {
     return decodeRecord(row.record, cvcVisible(row.cvc_expires_ms, now) ? row.cvc_sealed : null);
   }
 
-  /** Runs a synchronous database call, turning I/O failures into StoreUnavailableError. */
+  /** Runs a synchronous read, turning I/O failures into StoreUnavailableError. */
   #run<T>(fn: () => T): T {
-    if (!this.#db.open) throw new StoreUnavailableError('the embedded store is closed');
+    if (this.#closed || !this.#db.open) throw new StoreUnavailableError('the embedded store is closed');
     try {
       return fn();
     } catch (err) {
-      if (err instanceof DuplicateTokenError || err instanceof InvalidCursorError || err instanceof StoreUnavailableError) throw err;
+      if (err instanceof InvalidCursorError || err instanceof StoreUnavailableError) throw err;
       const code = sqliteCode(err);
       if (code) throw new StoreUnavailableError(`the embedded store failed (${code})`, { cause: err });
       throw err;
     }
   }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Shared by both stores (RedisStore imports these): cursors, page checks, the record codec.
-// ---------------------------------------------------------------------------------------------
-
-/** A cursor that does not decode: the API answers 400 invalid_cursor. */
-export class InvalidCursorError extends Error {
-  constructor() {
-    super('invalid pagination cursor');
-    this.name = 'InvalidCursorError';
-  }
-}
-
-/** Cursors are opaque to clients: base64url of the last returned item's sequence number. */
-export function encodeCursor(seq: number): string {
-  return Buffer.from(`s${seq}`, 'latin1').toString('base64url');
-}
-
-export function decodeCursor(cursor: string): number {
-  if (!/^[A-Za-z0-9_-]{1,32}$/.test(cursor)) throw new InvalidCursorError();
-  const m = /^s([1-9][0-9]{0,15})$/.exec(Buffer.from(cursor, 'base64url').toString('latin1'));
-  const seq = m ? Number(m[1]) : NaN;
-  // Canonical form only: a cursor that decodes but is not what encodeCursor writes is rejected.
-  if (!Number.isSafeInteger(seq) || encodeCursor(seq) !== cursor) throw new InvalidCursorError();
-  return seq;
-}
-
-export function checkPage(page: Page): void {
-  if (!Number.isInteger(page.size) || page.size < 1 || page.size > 100) {
-    throw new RangeError('page size must be an integer from 1 to 100');
-  }
-}
-
-/** ISO 8601 → epoch ms (null stays null); the vault validated it, this refuses garbage anyway. */
-export function timeMs(iso: string | null, field: string): number | null {
-  if (iso === null) return null;
-  const ms = Date.parse(iso);
-  if (!Number.isFinite(ms)) throw new TypeError(`${field} is not a valid ISO 8601 date`);
-  return ms;
-}
-
-export function isLive(expiresMs: number | null, now: number): boolean {
-  return expiresMs === null || expiresMs > now;
-}
-
-/** A cvc past cvc_expires_at is never returned, whether or not purgeCvc has run yet. */
-export const cvcVisible = isLive;
-
-/** The record as stored: every field but cvc_sealed (kept apart so it can be purged alone). */
-export function encodeRecord(r: StoredToken): string {
-  return JSON.stringify({
-    tenant_id: r.tenant_id, id: r.id, type: r.type, container: r.container, sealed: r.sealed,
-    cvc_expires_at: r.cvc_expires_at, metadata: r.metadata, search_indexes: r.search_indexes,
-    index_hashes: r.index_hashes, fingerprint: r.fingerprint, fingerprint_expression: r.fingerprint_expression,
-    mask: r.mask, created_by: r.created_by, created_at: r.created_at, modified_by: r.modified_by,
-    modified_at: r.modified_at, expires_at: r.expires_at,
-  });
-}
-
-const isStr = (v: unknown): v is string => typeof v === 'string';
-const isStrOrNull = (v: unknown): v is string | null => v === null || typeof v === 'string';
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-const isStrArray = (v: unknown): v is string[] => Array.isArray(v) && v.every(isStr);
-const isStrMap = (v: unknown): v is Record<string, string> => isObject(v) && Object.values(v).every(isStr);
-
-function corrupt(what: string): StoreUnavailableError {
-  return new StoreUnavailableError(`a stored ${what} is corrupt`);
-}
-
-export function decodeRecord(json: string, cvcSealed: string | null): StoredToken {
-  let v: unknown;
-  try {
-    v = JSON.parse(json);
-  } catch {
-    throw corrupt('token record');
-  }
-  if (!isObject(v)) throw corrupt('token record');
-  const { tenant_id, id, type, container, sealed, cvc_expires_at, metadata, search_indexes, index_hashes } = v;
-  const { fingerprint, fingerprint_expression, mask, created_by, created_at, modified_by, modified_at, expires_at } = v;
-  if (
-    !isStr(tenant_id) || !isStr(id) || !isStr(type) || !isStr(container) || !isStr(sealed) || !isStrOrNull(cvc_expires_at) ||
-    !isStrMap(metadata) || !isStrArray(search_indexes) || !isStrArray(index_hashes) || !isStrOrNull(fingerprint) ||
-    !isStrOrNull(fingerprint_expression) || !isStrOrNull(mask) || !isStr(created_by) || !isStr(created_at) ||
-    !isStrOrNull(modified_by) || !isStrOrNull(modified_at) || !isStrOrNull(expires_at)
-  ) {
-    throw corrupt('token record');
-  }
-  return {
-    tenant_id, id, type, container, sealed, cvc_sealed: cvcSealed, cvc_expires_at, metadata, search_indexes,
-    index_hashes, fingerprint, fingerprint_expression, mask, created_by, created_at, modified_by, modified_at, expires_at,
-  };
-}
-
-export function decodeDataKey(v: unknown): WrappedDataKey {
-  if (!isObject(v) || !isStr(v.kid) || !isStr(v.wrapped) || !isStr(v.created_at)) throw corrupt('data key');
-  return { kid: v.kid, wrapped: v.wrapped, created_at: v.created_at };
 }

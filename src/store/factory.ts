@@ -9,7 +9,7 @@ import type { TokenStore } from './types.js';
 import { EmbeddedStore } from './embedded.js';
 import { RedisStore } from './redis.js';
 
-export { InvalidCursorError } from './embedded.js';
+export { InvalidCursorError } from './codec.js';
 
 export interface StoreConfig {
   kind: 'embedded' | 'redis';

@@ -22,7 +22,7 @@ import { Redis, type ChainableCommander } from 'ioredis';
 import type { Logger } from '../log.js';
 import type { Page, PageResult, StoredToken, TokenFilter, TokenStore, WrappedDataKey } from './types.js';
 import { DuplicateTokenError, StoreUnavailableError } from './types.js';
-import { checkPage, cvcVisible, decodeCursor, decodeDataKey, decodeRecord, encodeCursor, encodeRecord, InvalidCursorError, isLive, timeMs } from './embedded.js';
+import { checkPage, cvcVisible, decodeCursor, decodeDataKey, decodeRecord, encodeCursor, encodeRecord, InvalidCursorError, isLive, timeMs } from './codec.js';
 
 const INSERT = `
 local batch = cjson.decode(ARGV[1])
