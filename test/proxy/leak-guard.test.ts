@@ -203,6 +203,16 @@ t.test('CardScanner and countCardNumbers', async (t) => {
   t.equal(countCardNumbers(Buffer.from('100 4242424242424242')), 1, '100 4242424242424242 counted once');
   t.equal(countCardNumbers(Buffer.from('4242424242424242 4000056655665556')), 2, 'two cards one space apart');
 
+  // Regressions: a grouped card was checked only as the whole run, so a number right before it,
+  // or a second grouped card one space after it, hid it.
+  t.equal(countCardNumbers(Buffer.from(`qty 2 ${GROUPED}`)), 1, 'a grouped card right after a lone number');
+  t.equal(countCardNumbers(Buffer.from(`qty 12 ${GROUPED} ok`)), 1, 'after a two-digit number');
+  t.equal(countCardNumbers(Buffer.from(`${GROUPED} 4000 0566 5566 5556`)), 2, 'two grouped cards one space apart');
+  t.equal(countCardNumbers(Buffer.from(`${GROUPED} 7`)), 1, 'a grouped card followed by a lone digit');
+  t.equal(countCardNumbers(Buffer.from('4242-4242-4242-4242-4000-0566-5566-5556')), 2, 'two cards in one dashed run');
+  t.equal(countCardNumbers(Buffer.from(`1 2 3 ${CARD}0000 4 5`)), 0, 'no window crosses a run of more than 19 digits');
+  t.equal(countCardNumbers(Buffer.from('2024 12 31 100 250')), 0, 'short numbers grouped by spaces: too few digits');
+
   t.equal(countCardNumbers(Buffer.from('42424242424242424242')), 0, 'a 20-digit run is not a card');
   t.equal(countCardNumbers(Buffer.from(`${CARD}0000`)), 0, 'a card followed by more digits is a longer number');
   t.equal(countCardNumbers(Buffer.from('1234567890123456789012345')), 0, 'a long run');
@@ -225,7 +235,7 @@ t.test('CardScanner and countCardNumbers', async (t) => {
   }
 
   // Split across two push() chunks at every offset.
-  for (const text of [`pay ${GROUPED} now`, `pay 4242-4242-4242-4242 now`, `{"n":"${CARD}"}`, `100 ${CARD}`, `${CARD}0000`, `x${AMEX}`]) {
+  for (const text of [`pay ${GROUPED} now`, `pay 4242-4242-4242-4242 now`, `{"n":"${CARD}"}`, `100 ${CARD}`, `${CARD}0000`, `x${AMEX}`, `qty 2 ${GROUPED}`, `${GROUPED} 4000 0566 5566 5556`]) {
     const whole = countCardNumbers(Buffer.from(text));
     const buf = Buffer.from(text);
     let same = true;
