@@ -50,12 +50,18 @@ export class Upstream {
   /**
    * Sends the request and hands the response head to `sink`, which returns where the body goes
    * (the client's response when streaming, a collector when a transform needs the whole body).
+   * Resolves when that Writable has finished; rejects when the destination, the request body or
+   * the Writable failed (the other side is then aborted).
    */
-  async stream(req: ForwardRequest, sink: (head: UpstreamHead) => Writable): Promise<void> {
-    await this.pool.stream(
-      { method: req.method as Dispatcher.HttpMethod, path: req.path, headers: req.headers, body: req.body },
-      ({ statusCode, headers }) => sink({ statusCode, headers: headers as UpstreamHead['headers'] }),
-    );
+  stream(req: ForwardRequest, sink: (head: UpstreamHead) => Writable): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const handler = new ForwardHandler(sink, resolve, reject);
+      try {
+        this.pool.dispatch({ method: req.method as Dispatcher.HttpMethod, path: req.path, headers: req.headers, body: req.body }, handler);
+      } catch (err) {
+        handler.fail(err);
+      }
+    });
   }
 
   close(): Promise<void> {
@@ -64,5 +70,76 @@ export class Upstream {
 
   destroy(): Promise<void> {
     return this.pool.destroy();
+  }
+}
+
+const CLOSED_EARLY = Object.assign(new Error('the response closed before it finished'), { code: 'ERR_STREAM_PREMATURE_CLOSE' });
+
+/**
+ * undici's dispatch handler for one forwarded request: the response body goes straight into the
+ * Writable the caller picks, with backpressure (pause when it is full, resume on 'drain'). What
+ * `Pool.stream` does, without its per-request async resource and end-of-stream listeners.
+ */
+class ForwardHandler implements Dispatcher.DispatchHandler {
+  private sink: Writable | null = null;
+  private settled = false;
+
+  constructor(
+    private readonly pick: (head: UpstreamHead) => Writable,
+    private readonly resolve: () => void,
+    private readonly reject: (err: unknown) => void,
+  ) {}
+
+  /** Present so undici takes this for a handler of its current API (see UnwrapHandler.unwrap). */
+  onRequestStart(): void {}
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    if (statusCode < 200) return; // 1xx: the final response follows
+    let sink: Writable;
+    try {
+      sink = this.pick({ statusCode, headers });
+    } catch (err) {
+      controller.abort(err as Error);
+      return;
+    }
+    this.sink = sink;
+    sink.on('drain', () => controller.resume());
+    sink.on('finish', () => this.done());
+    sink.on('error', (err) => {
+      controller.abort(err);
+      this.fail(err);
+    });
+    sink.on('close', () => {
+      if (sink.writableFinished) return;
+      // The caller went away (or the sink was destroyed): stop reading from the destination.
+      controller.abort(CLOSED_EARLY);
+      this.fail(CLOSED_EARLY);
+    });
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.sink && !this.sink.write(chunk)) controller.pause();
+  }
+
+  onResponseEnd(): void {
+    if (this.sink) this.sink.end();
+    else this.done();
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    if (this.sink && !this.sink.destroyed && !this.sink.writableFinished) this.sink.destroy(err);
+    this.fail(err);
+  }
+
+  fail(err: unknown): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.reject(err);
+  }
+
+  private done(): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.resolve();
   }
 }
