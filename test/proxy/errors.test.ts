@@ -94,6 +94,99 @@ t.test('destination stalls mid-body: the client never takes a cut-off body as wh
   t.match(outcome, /^(aborted|error)/, `the response was cut, not ended (${outcome})`);
 });
 
+t.test('the caller hangs up mid-response: the destination request is abandoned, the service keeps serving', async (t) => {
+  const up = await startUpstream(t);
+  let destinationClosed: () => void = () => {};
+  const closed = new Promise<void>((r) => (destinationClosed = r));
+  up.respond((_r, res) => {
+    res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(64 * 1024 * 1024) });
+    // Writes until the proxy stops reading and then drops the connection.
+    const chunk = Buffer.alloc(64 * 1024, 0x61);
+    const pump = () => {
+      while (!res.destroyed && res.write(chunk));
+    };
+    res.on('drain', pump);
+    res.on('close', () => destinationClosed());
+    pump();
+  });
+  const cfg = configWithProxies([{ id: 'pass', name: 'pass', key: PROXY_KEY, require_auth: false, destination_url: `${up.url}/base/` }]);
+  const s = await startTestService(t, { config: cfg });
+  const u = new URL(s.url);
+  const got = await new Promise<number>((resolve, reject) => {
+    const req = httpRequest({ host: u.hostname, port: u.port, path: '/proxy/big', headers: hdr(PROXY_KEY), agent: false }, (res) => {
+      let n = 0;
+      res.on('data', (c: Buffer) => {
+        n += c.length;
+        if (n >= 256 * 1024) {
+          req.destroy();
+          resolve(n);
+        }
+      });
+    });
+    req.on('error', () => {});
+    req.on('close', () => resolve(-1));
+    req.end();
+    setTimeout(() => reject(new Error('no data')), 10_000).unref();
+  });
+  t.ok(got >= 256 * 1024, `the caller read ${got} bytes, then hung up`);
+  const outcome = await Promise.race([closed.then(() => 'closed'), new Promise((r) => setTimeout(() => r('still open'), 10_000).unref())]);
+  t.equal(outcome, 'closed', 'the destination connection was closed, not drained into nowhere');
+  const after = await s.call('POST', '/proxy/x', { key: null, headers: hdr(PROXY_KEY), body: { a: 1 } });
+  t.equal(after.status, 200, 'the next request is served');
+});
+
+t.test('a large response to a slow reader streams with backpressure and arrives whole', async (t) => {
+  const up = await startUpstream(t);
+  const size = 64 * 1024 * 1024;
+  let sent = 0;
+  up.respond((_r, res) => {
+    res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(size) });
+    const chunk = Buffer.alloc(64 * 1024);
+    for (let i = 0; i < chunk.length; i++) chunk[i] = i % 251;
+    const pump = () => {
+      while (sent < size) {
+        sent += chunk.length;
+        if (!res.write(chunk)) return;
+      }
+      res.end();
+    };
+    res.on('drain', pump);
+    pump();
+  });
+  const cfg = configWithProxies([{ id: 'pass', name: 'pass', key: PROXY_KEY, require_auth: false, destination_url: `${up.url}/base/` }]);
+  const s = await startTestService(t, { config: cfg });
+  const u = new URL(s.url);
+  let sentWhilePaused = -1;
+  const result = await new Promise<{ bytes: number; ok: boolean }>((resolve, reject) => {
+    const req = httpRequest({ host: u.hostname, port: u.port, path: '/proxy/big', headers: hdr(PROXY_KEY), agent: false }, (res) => {
+      let bytes = 0;
+      let ok = res.statusCode === 200;
+      let paused = false;
+      res.on('data', (c: Buffer) => {
+        for (let i = 0; i < c.length; i += 4099) if (c[i] !== ((bytes + i) % (64 * 1024)) % 251) ok = false;
+        bytes += c.length;
+        if (!paused && bytes >= 1024 * 1024) {
+          // A reader that stops for a second: a proxy without backpressure would take the whole
+          // 64 MB from the destination meanwhile and hold it in memory.
+          paused = true;
+          res.pause();
+          setTimeout(() => {
+            sentWhilePaused = sent;
+            res.resume();
+          }, 1000);
+        }
+      });
+      res.on('end', () => resolve({ bytes, ok }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+  t.equal(result.bytes, size, 'every byte arrived');
+  t.ok(result.ok, "the bytes are the destination's, in order");
+  t.ok(sentWhilePaused > 0 && sentWhilePaused < 24 * 1024 * 1024, `the destination was held back while the caller paused (${Math.round(sentWhilePaused / 1024 / 1024)} MB of 64 sent)`);
+});
+
 t.test('code transforms that throw, and one that works', async (t) => {
   const up = await startUpstream(t);
   const transform = (body: string) => `module.exports = async function (req) {\n  const { args: { body, headers, method, path, query }, configuration } = req;\n  ${body}\n};`;
