@@ -5,6 +5,8 @@
  *   nginx                      nginx, one worker, keep-alive upstream (lib/nginx.ts): the native
  *                              reference; installed with apt-get (nginx-light) when missing and root
  *   node forwarder             node:http + undici Pool.stream (lib/forwarder.ts): the Node baseline
+ *   http-proxy forwarder       node:http + http-proxy 1.18.1 with a keep-alive agent (lib/forwarder.ts):
+ *                              the other pass-through candidate of DESIGN.md, for the undici choice
  *   tokenproxy pass-through    POST /proxy/anything, a proxy with no transforms: SVC-PROXY-KEY
  *                              checked, rate limits on (memory store) and counted, never refusing
  *   tokenproxy tokenize        the same with a request transform tokenizing two JSON fields
@@ -32,7 +34,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
-import { startForwarder } from './lib/forwarder.js';
+import { startForwarder, startHttpProxyForwarder } from './lib/forwarder.js';
 import { startLoadRunner, type LoadOptions, type LoadResult, type LoadRunner } from './lib/load.js';
 import { findNginx, startNginx } from './lib/nginx.js';
 import { machine, num, ratio, table } from './lib/report.js';
@@ -57,7 +59,7 @@ const CONNECTIONS = Number(args.connections);
 const DATA_ROOT = resolve(args['data-dir'] ?? tmpdir());
 
 const CARD_NUMBER = '4242424242424242';
-/** Rows 1-4: an order without a card number (nothing a leak guard would flag), ~200 bytes. */
+/** Rows 1-5: an order without a card number (nothing a leak guard would flag), ~200 bytes. */
 const PASS_BODY = JSON.stringify({
   order: { id: 'ord_8c1f2e7a', items: [{ sku: 'SKU-1001', qty: 2, price: 1999 }, { sku: 'SKU-2002', qty: 1, price: 4999 }] },
   customer: { id: 'cus_4f9a01', email: 'jane@example.com' },
@@ -89,11 +91,12 @@ const TARGETS = {
   tokenizeP99Ms: 10,
 };
 
-type RowId = 'direct' | 'nginx' | 'forwarder' | 'pass' | 'tokenize';
+type RowId = 'direct' | 'nginx' | 'forwarder' | 'httpproxy' | 'pass' | 'tokenize';
 const TITLES: Record<RowId, string> = {
   direct: 'direct (no proxy)',
   nginx: 'nginx',
   forwarder: 'node forwarder',
+  httpproxy: 'http-proxy forwarder',
   pass: 'tokenproxy pass-through',
   tokenize: 'tokenproxy tokenize x2',
 };
@@ -184,7 +187,7 @@ interface Tokenproxy {
 async function startTokenproxy(upstream: string): Promise<Tokenproxy | { error: string }> {
   const dataDir = mkdtempSync(join(DATA_ROOT, 'tp-bench-proxy-'));
   try {
-    // Imported here, not at the top: a tree where the service does not load still runs rows 1-3.
+    // Imported here, not at the top: a tree where the service does not load still runs rows 1-4.
     const { buildConfig } = await import('../src/config/load.js');
     const { createLogger } = await import('../src/log.js');
     const { startService } = await import('../src/server.js');
@@ -323,6 +326,9 @@ async function main(): Promise<number> {
     const fwd = await startForwarder(upstream.url, { connections: 64 });
     cleanups.push(() => fwd.close());
     add('forwarder', fwd.url);
+    const hp = await startHttpProxyForwarder(upstream.url, { connections: 64 });
+    cleanups.push(() => hp.close());
+    add('httpproxy', hp.url);
 
     // tokenproxy
     const tp = await startTokenproxy(upstream.url);
@@ -377,7 +383,7 @@ async function main(): Promise<number> {
 
     const live = rows.filter((r) => !r.skipped && !r.failed);
     log(`load: POST ${SUFFIX} (tokenproxy: /proxy${SUFFIX}), ${CONNECTIONS} keep-alive connections, one request in flight each; load generator in a child process, upstream in another${nginxInfo.available ? ', nginx in its own' : ''}`);
-    log(`bodies: rows 1-4 an order without a card number (${PASS_BODY.length} B); tokenize row a card at /card and an SSN at /ssn (${TOKENIZE_BODY.length} B); the upstream answers ${UPSTREAM_BODY.length} B`);
+    log(`bodies: rows 1-5 an order without a card number (${PASS_BODY.length} B); tokenize row a card at /card and an SSN at /ssn (${TOKENIZE_BODY.length} B); the upstream answers ${UPSTREAM_BODY.length} B`);
     log(`each row: one discarded ${DISCARD_MS / 1000} s pass, then ${ROUNDS} interleaved rounds of ${WARMUP_MS} ms warm-up + ${DURATION_MS} ms; medians shown\n`);
 
     const runner = await startLoadRunner('process');
@@ -464,7 +470,7 @@ async function main(): Promise<number> {
     ),
   ));
   console.log(`\nx nginx, x forwarder: req/s, median over rounds of (row / reference in the same round). p50/p99: median over rounds.`);
-  console.log(`load generator, upstream, nginx and this process (node forwarder, tokenproxy) share the machine's ${env.cores} cores; load average now ${loadavg()[0].toFixed(2)}`);
+  console.log(`load generator, upstream, nginx and this process (node forwarders, tokenproxy) share the machine's ${env.cores} cores; load average now ${loadavg()[0].toFixed(2)}`);
   console.log(`other cpu: cores used by user processes outside this benchmark (kernel threads excluded) during the row's windows (median over rounds; from /proc)`);
   const busiest = Math.max(...summary.map((x) => x.otherCoresMax).filter(Number.isFinite));
   if (busiest > 0.2) {

@@ -7,6 +7,8 @@
  */
 import { createServer, type IncomingHttpHeaders, type OutgoingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Agent } from 'node:http';
+import httpProxy from 'http-proxy';
 import { Pool } from 'undici';
 
 export interface Forwarder {
@@ -78,6 +80,41 @@ export async function startForwarder(target: string, opts: { connections?: numbe
         server.closeAllConnections();
       });
       await pool.close().catch(() => pool.destroy());
+    },
+  };
+}
+
+/**
+ * The same bare forwarder with http-proxy (1.18.1) doing the forwarding, over a keep-alive agent
+ * (without one it opens a connection per request): the other candidate DESIGN.md names for
+ * pass-through. Measured beside the undici forwarder so the choice rests on this run's figures.
+ */
+export async function startHttpProxyForwarder(target: string, opts: { connections?: number; timeoutMs?: number } = {}): Promise<Forwarder> {
+  const agent = new Agent({ keepAlive: true, maxSockets: opts.connections ?? 64, keepAliveMsecs: 60_000 });
+  const proxy = httpProxy.createProxyServer({ target, agent, xfwd: false, proxyTimeout: opts.timeoutMs ?? 25_000 });
+  proxy.on('error', (err, _req, res) => {
+    const r = res as import('node:http').ServerResponse;
+    if ('headersSent' in r && !r.headersSent) {
+      r.writeHead(502, { 'content-type': 'application/json' });
+      r.end(JSON.stringify({ error: err.message }));
+    } else (res as { destroy(): void }).destroy();
+  });
+  const server = createServer({ keepAliveTimeout: 65_000 }, (req, res) => proxy.web(req, res));
+  await new Promise<void>((res, rej) => {
+    server.once('error', rej);
+    server.listen(0, '127.0.0.1', () => res());
+  });
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    server,
+    close: async () => {
+      await new Promise<void>((res) => {
+        server.close(() => res());
+        server.closeAllConnections();
+      });
+      proxy.close();
+      agent.destroy();
     },
   };
 }
