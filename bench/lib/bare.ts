@@ -20,6 +20,14 @@ export async function startBareServer(body: Buffer, contentType = 'application/j
       res.end(body);
     });
   });
+  return listenLocal(server);
+}
+
+/**
+ * Listens on 127.0.0.1, port 0; `close` stops the server, drops its keep-alive connections, then
+ * runs `after` (e.g. closing a forwarder's pool).
+ */
+export async function listenLocal(server: Server, after?: () => unknown): Promise<BareServer> {
   await new Promise<void>((res, rej) => {
     server.once('error', rej);
     server.listen(0, '127.0.0.1', () => res());
@@ -28,10 +36,12 @@ export async function startBareServer(body: Buffer, contentType = 'application/j
   return {
     url: `http://127.0.0.1:${port}`,
     server,
-    close: () =>
-      new Promise<void>((res) => {
+    close: async () => {
+      await new Promise<void>((res) => {
         server.close(() => res());
         server.closeAllConnections();
-      }),
+      });
+      await after?.();
+    },
   };
 }

@@ -6,10 +6,10 @@
  * logging, no transforms: what tokenproxy's pass-through should at least match.
  */
 import { createServer, type IncomingHttpHeaders, type OutgoingHttpHeaders, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { Agent } from 'node:http';
 import httpProxy from 'http-proxy';
 import { Pool } from 'undici';
+import { listenLocal } from './bare.js';
 
 export interface Forwarder {
   url: string;
@@ -66,22 +66,7 @@ export async function startForwarder(target: string, opts: { connections?: numbe
       },
     );
   });
-  await new Promise<void>((res, rej) => {
-    server.once('error', rej);
-    server.listen(0, '127.0.0.1', () => res());
-  });
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    server,
-    close: async () => {
-      await new Promise<void>((res) => {
-        server.close(() => res());
-        server.closeAllConnections();
-      });
-      await pool.close().catch(() => pool.destroy());
-    },
-  };
+  return listenLocal(server, () => pool.close().catch(() => pool.destroy()));
 }
 
 /**
@@ -100,21 +85,8 @@ export async function startHttpProxyForwarder(target: string, opts: { connection
     } else (res as { destroy(): void }).destroy();
   });
   const server = createServer({ keepAliveTimeout: 65_000 }, (req, res) => proxy.web(req, res));
-  await new Promise<void>((res, rej) => {
-    server.once('error', rej);
-    server.listen(0, '127.0.0.1', () => res());
+  return listenLocal(server, () => {
+    proxy.close();
+    agent.destroy();
   });
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    server,
-    close: async () => {
-      await new Promise<void>((res) => {
-        server.close(() => res());
-        server.closeAllConnections();
-      });
-      proxy.close();
-      agent.destroy();
-    },
-  };
 }
