@@ -1,45 +1,318 @@
 /**
- * The embedded store's writer thread (started by EmbeddedStore in embedded.ts): owns a second
- * connection to the SQLite file and runs every write, so commits and their fsyncs never block the
- * main thread's event loop. Every message received before the next setImmediate is committed in
- * one transaction (group commit); the answers go back only after COMMIT returned.
+ * The embedded store's writes, off the main thread (EmbeddedStore in embedded.ts holds a
+ * WriterThread): the write transactions, the thread that runs them on its own connection to the
+ * SQLite file, and that thread's entry (the end of this file). A write is answered only after its
+ * COMMIT returned, so a resolved write is durable (synchronous=FULL) and visible to the next read
+ * on the main thread's connection (WAL). ':memory:' cannot be shared with a thread: there
+ * EmbeddedStore runs writeExecutor in-thread, the same transactions.
  */
-import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
-import { describeError, openConnection, writeExecutor, type WriterReply, type WriterRequest } from './embedded.js';
+import Database from 'better-sqlite3';
+import { fileURLToPath } from 'node:url';
+import { isMainThread, parentPort, Worker, workerData, type MessagePort } from 'node:worker_threads';
+import type { WrappedDataKey } from './types.js';
+import { DuplicateTokenError, StoreUnavailableError } from './types.js';
 
-if (!parentPort) throw new Error('embedded-writer.ts runs as a worker thread of EmbeddedStore');
-const port: MessagePort = parentPort;
-const { path } = workerData as { path: string };
-const db = openConnection(path);
-const execute = writeExecutor(db);
+const WRITER_ROLE = 'tokenproxy embedded-store writer';
+interface WriterData {
+  role: typeof WRITER_ROLE;
+  path: string;
+}
 
-let queue: WriterRequest['ops'] = [];
-let scheduled = false;
-let closing = false;
+export const LIVE = '(expires_ms IS NULL OR expires_ms > @now)';
 
-port.on('message', (m: WriterRequest) => {
-  queue.push(...m.ops);
-  if (m.close) closing = true;
-  if (!scheduled) {
-    scheduled = true;
-    setImmediate(drain);
+export type Params = Record<string, string | number | null>;
+
+/** One record as the writer needs it (structured-cloned to the writer thread). */
+export interface WriteRow {
+  tenant_id: string;
+  id: string;
+  index_hashes: string[];
+  metadata: Record<string, string>;
+  params: Params;
+}
+
+export type WriteOp =
+  | { op: 'insert'; rows: WriteRow[] }
+  | { op: 'update'; row: WriteRow }
+  | { op: 'delete'; tenant_id: string; id: string }
+  | { op: 'purgeCvc'; now: number }
+  | { op: 'addKey'; key: WrappedDataKey };
+
+export type WriteResult = { ok: true; value: unknown } | { ok: false; error: unknown };
+
+/** A write failure as it crosses the thread boundary: no message, no values, only what it was. */
+export type ErrorDescriptor = { kind: 'duplicate'; id: string } | { kind: 'sqlite'; code: string } | { kind: 'other' };
+
+/** Main thread → writer: the writes of one event-loop turn; `close` after the last. */
+export interface WriterRequest {
+  ops: { id: number; op: WriteOp }[];
+  close?: boolean;
+}
+
+/** Writer → main thread: one answer per op, sent after their transaction committed (or failed). */
+export interface WriterReply {
+  results: { id: number; ok: boolean; value?: unknown; error?: ErrorDescriptor }[];
+}
+
+export function sqliteCode(err: unknown): string | null {
+  return err instanceof Database.SqliteError ? err.code : null;
+}
+
+export function describeError(err: unknown): ErrorDescriptor {
+  if (err instanceof DuplicateTokenError) return { kind: 'duplicate', id: err.id };
+  const code = sqliteCode(err);
+  return code ? { kind: 'sqlite', code } : { kind: 'other' };
+}
+
+/** The error a caller sees for a failed write (`cause` only when it happened in this thread). */
+export function writeError(d: ErrorDescriptor, cause?: unknown): Error {
+  if (d.kind === 'duplicate') return new DuplicateTokenError(d.id);
+  const options = cause === undefined ? undefined : { cause };
+  if (d.kind === 'sqlite') return new StoreUnavailableError(`the embedded store failed (${d.code})`, options);
+  return new StoreUnavailableError('the embedded store failed', options);
+}
+
+/** A connection with the settings every connection needs (they are per connection, except WAL). */
+export function openConnection(path: string): Database.Database {
+  const db = new Database(path);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = FULL');
+  db.pragma('busy_timeout = 5000');
+  db.pragma('foreign_keys = ON');
+  return db;
+}
+
+/**
+ * The write side, shared by the writer thread and the in-thread (':memory:') mode: a function that
+ * runs a list of writes in ONE transaction (one WAL fsync), each write in a savepoint of its own
+ * (better-sqlite3 nests transactions as savepoints), so a duplicate id fails that insertMany alone
+ * and the others commit. Any other failure rolls the whole group back and fails every write in it.
+ */
+export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) => WriteResult[] {
+  const s = {
+    insert: db.prepare<[Params]>(
+      `INSERT INTO tokens (tenant_id, id, type, container, fingerprint, expires_ms, cvc_sealed, cvc_expires_ms, record)
+       VALUES (@tenant, @id, @type, @container, @fingerprint, @expires_ms, @cvc_sealed, @cvc_expires_ms, @record)`,
+    ),
+    insertHash: db.prepare<[string, string, number | bigint]>('INSERT OR IGNORE INTO token_index_hashes (tenant_id, hash, seq) VALUES (?, ?, ?)'),
+    insertMeta: db.prepare<[string, string, string, number | bigint]>('INSERT OR IGNORE INTO token_metadata (tenant_id, key, value, seq) VALUES (?, ?, ?, ?)'),
+    deleteHashes: db.prepare<[number]>('DELETE FROM token_index_hashes WHERE seq = ?'),
+    deleteMeta: db.prepare<[number]>('DELETE FROM token_metadata WHERE seq = ?'),
+    liveSeq: db.prepare<[Params], { seq: number }>(`SELECT seq FROM tokens WHERE tenant_id = @tenant AND id = @id AND ${LIVE}`),
+    update: db.prepare<[Params]>(
+      `UPDATE tokens SET type = @type, container = @container, fingerprint = @fingerprint, expires_ms = @expires_ms,
+       cvc_sealed = @cvc_sealed, cvc_expires_ms = @cvc_expires_ms, record = @record WHERE seq = @seq`,
+    ),
+    delete: db.prepare<[string, string], { expires_ms: number | null }>('DELETE FROM tokens WHERE tenant_id = ? AND id = ? RETURNING expires_ms'),
+    purgeCvc: db.prepare<[number]>('UPDATE tokens SET cvc_sealed = NULL WHERE cvc_sealed IS NOT NULL AND cvc_expires_ms <= ?'),
+    listKeys: db.prepare<[], { kid: string; wrapped: string; created_at: string }>('SELECT kid, wrapped, created_at FROM data_keys ORDER BY ord'),
+    addKey: db.prepare<[string, string, string]>('INSERT OR IGNORE INTO data_keys (kid, wrapped, created_at) VALUES (?, ?, ?)'),
+  };
+  const writeSide = (r: WriteRow, seq: number | bigint): void => {
+    for (const hash of r.index_hashes) s.insertHash.run(r.tenant_id, hash, seq);
+    for (const [key, value] of Object.entries(r.metadata)) s.insertMeta.run(r.tenant_id, key, value, seq);
+  };
+  const one = db.transaction((w: WriteOp): unknown => {
+    switch (w.op) {
+      case 'insert':
+        for (const r of w.rows) {
+          let seq: number | bigint;
+          try {
+            seq = s.insert.run(r.params).lastInsertRowid;
+          } catch (err) {
+            const code = sqliteCode(err);
+            if (code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY') throw new DuplicateTokenError(r.id);
+            throw err;
+          }
+          writeSide(r, seq);
+        }
+        return undefined;
+      case 'update': {
+        const live = s.liveSeq.get({ tenant: w.row.tenant_id, id: w.row.id, now: Date.now() });
+        if (!live) return false;
+        s.update.run({ ...w.row.params, seq: live.seq });
+        s.deleteHashes.run(live.seq);
+        s.deleteMeta.run(live.seq);
+        writeSide(w.row, live.seq);
+        return true;
+      }
+      case 'delete': {
+        // True only when it was live: an expired token counts as missing.
+        const row = s.delete.get(w.tenant_id, w.id);
+        return row !== undefined && (row.expires_ms === null || row.expires_ms > Date.now());
+      }
+      case 'purgeCvc':
+        return s.purgeCvc.run(w.now).changes;
+      case 'addKey':
+        s.addKey.run(w.key.kid, w.key.wrapped, w.key.created_at);
+        return s.listKeys.all();
+    }
+  });
+  const group = db.transaction((ops: readonly WriteOp[], out: WriteResult[]) => {
+    for (const w of ops) {
+      try {
+        out.push({ ok: true, value: one(w) });
+      } catch (err) {
+        if (!(err instanceof DuplicateTokenError)) throw err;
+        out.push({ ok: false, error: err });
+      }
+    }
+  });
+  return (ops) => {
+    const out: WriteResult[] = [];
+    try {
+      group(ops, out);
+    } catch (err) {
+      return ops.map(() => ({ ok: false, error: err }));
+    }
+    return out;
+  };
+}
+
+/**
+ * Starts this file as the writer thread: dist/store/embedded-writer.js in the built service, the
+ * .ts file when running from source under a TypeScript loader (tap's ts-node, tsx). The worker
+ * inherits process.execArgv, but tsx (4.23 here) registers its hooks in worker threads only from
+ * Node 22.22.3/24.11.1 on (https://github.com/privatenumber/tsx/issues/354): on Node 20 the .ts
+ * entry starts from a small bootstrap that registers tsx itself when the inherited loader cannot
+ * load .ts (tap's ts-node can).
+ */
+function startWriter(dbPath: string): Worker {
+  const workerData: WriterData = { role: WRITER_ROLE, path: dbPath };
+  if (!import.meta.url.endsWith('.ts')) return new Worker(fileURLToPath(import.meta.url), { workerData });
+  let tsx: string | null = null;
+  try {
+    tsx = import.meta.resolve('tsx/esm/api');
+  } catch {
+    // no tsx: the inherited loader must handle .ts on its own
   }
-});
+  const bootstrap = `
+    const entry = ${JSON.stringify(import.meta.url)}, tsx = ${JSON.stringify(tsx)};
+    import(entry).catch(async (err) => {
+      if (err?.code !== 'ERR_UNKNOWN_FILE_EXTENSION' || tsx === null) throw err;
+      (await import(tsx)).register();
+      await import(entry + '?tsx');
+    });`;
+  return new Worker(bootstrap, { eval: true, workerData });
+}
 
-function drain(): void {
-  scheduled = false;
-  const ops = queue;
-  queue = [];
-  if (ops.length > 0) {
-    const results = execute(ops.map((o) => o.op));
-    const reply: WriterReply = {
-      results: results.map((r, i) => (r.ok ? { id: ops[i].id, ok: true, value: r.value } : { id: ops[i].id, ok: false, error: describeError(r.error) })),
-    };
-    port.postMessage(reply);
+export interface WriteRequest {
+  op: WriteOp;
+  resolve: (value: unknown) => void;
+  reject: (err: unknown) => void;
+}
+
+/**
+ * One writer thread. It keeps the process alive only while a write is in flight (ref'd then,
+ * unref'd when idle). When it dies, every write in flight rejects; the store starts a new one.
+ */
+export class WriterThread {
+  readonly #worker: Worker;
+  readonly #inflight = new Map<number, WriteRequest>();
+  #nextId = 1;
+  #closing = false;
+  #alive = true;
+  readonly exited: Promise<void>;
+
+  constructor(dbPath: string) {
+    this.#worker = startWriter(dbPath);
+    this.#worker.unref();
+    this.#worker.on('message', (m: WriterReply) => this.#answer(m));
+    // An uncaught error in the writer ('error') is always followed by 'exit', which rejects.
+    this.#worker.on('error', () => {});
+    this.exited = new Promise((resolve) => {
+      this.#worker.once('exit', () => {
+        this.#alive = false;
+        const lost = [...this.#inflight.values()];
+        this.#inflight.clear();
+        for (const r of lost) r.reject(new StoreUnavailableError('the embedded store writer stopped'));
+        resolve();
+      });
+    });
   }
-  if (closing) {
-    db.close();
-    // Nothing keeps this thread alive now: it exits once the answers above are delivered.
-    port.close();
+
+  get alive(): boolean {
+    return this.#alive;
+  }
+
+  get worker(): Worker {
+    return this.#worker;
+  }
+
+  send(requests: readonly WriteRequest[], close = false): void {
+    if (this.#inflight.size === 0 || close) this.#worker.ref();
+    if (close) this.#closing = true;
+    const ops = requests.map((r) => {
+      const id = this.#nextId++;
+      this.#inflight.set(id, r);
+      return { id, op: r.op };
+    });
+    try {
+      this.#worker.postMessage({ ops, close } satisfies WriterRequest);
+    } catch (err) {
+      // Not structured-cloneable (DataCloneError): these writes fail, the writer is unharmed.
+      for (const { id } of ops) this.#inflight.get(id)?.reject(new StoreUnavailableError('the embedded store failed', { cause: err }));
+      for (const { id } of ops) this.#inflight.delete(id);
+      if (close) void this.#worker.terminate();
+      else if (this.#inflight.size === 0) this.#worker.unref();
+    }
+  }
+
+  #answer(m: WriterReply): void {
+    for (const res of m.results) {
+      const r = this.#inflight.get(res.id);
+      if (!r) continue;
+      this.#inflight.delete(res.id);
+      if (res.ok) r.resolve(res.value);
+      else r.reject(writeError(res.error ?? { kind: 'other' }));
+    }
+    if (this.#inflight.size === 0 && !this.#closing) this.#worker.unref();
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The writer thread's entry: runs only in a Worker started by WriterThread (startWriter).
+// ---------------------------------------------------------------------------------------------
+
+function isWriterData(v: unknown): v is WriterData {
+  return typeof v === 'object' && v !== null && 'role' in v && v.role === WRITER_ROLE && 'path' in v && typeof v.path === 'string';
+}
+
+/**
+ * Group commit on this side: every message received before the next setImmediate is committed in
+ * one transaction, then answered in one message. After `close`, the connection closes and nothing
+ * keeps the thread alive: it exits once the answers are delivered.
+ */
+function serve(port: MessagePort, path: string): void {
+  const db = openConnection(path);
+  const execute = writeExecutor(db);
+  let queue: WriterRequest['ops'] = [];
+  let scheduled = false;
+  let closing = false;
+  const drain = (): void => {
+    scheduled = false;
+    const ops = queue;
+    queue = [];
+    if (ops.length > 0) {
+      const results = execute(ops.map((o) => o.op));
+      const reply: WriterReply = {
+        results: results.map((r, i) => (r.ok ? { id: ops[i].id, ok: true, value: r.value } : { id: ops[i].id, ok: false, error: describeError(r.error) })),
+      };
+      port.postMessage(reply);
+    }
+    if (closing) {
+      db.close();
+      port.close();
+    }
+  };
+  port.on('message', (m: WriterRequest) => {
+    queue.push(...m.ops);
+    if (m.close) closing = true;
+    if (!scheduled) {
+      scheduled = true;
+      setImmediate(drain);
+    }
+  });
+}
+
+if (!isMainThread && parentPort && isWriterData(workerData)) serve(parentPort, workerData.path);

@@ -7,21 +7,24 @@
  * purgeCvc can clear it without rewriting the record. Side tables index search hashes and
  * metadata pairs so a search is an index lookup, not a scan.
  *
- * Threads: every write runs on a worker thread (embedded-writer.ts) with a second connection to
+ * Threads: every write runs on a writer thread (embedded-writer.ts) with a second connection to
  * the same file, so the commit and its fsync (about a quarter of the tokenizing proxy's main
  * thread, and a stall of the event loop while the disk syncs) happen off the main thread. Reads
- * stay on the main thread's connection: WAL lets them run while the writer commits, and a write
+ * stay on this thread's connection: WAL lets them run while the writer commits, and a write
  * resolves only after the writer's COMMIT returned, so the next read sees it. A ':memory:'
- * database cannot be shared with another thread: there the same write code runs in-thread.
+ * database cannot be shared with another thread: there the same transactions run in this one.
  */
 import Database from 'better-sqlite3';
 import { closeSync, mkdirSync, openSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { Worker } from 'node:worker_threads';
+import { dirname } from 'node:path';
+import type { Worker } from 'node:worker_threads';
 import { checkPage, cvcVisible, decodeCursor, decodeDataKey, decodeRecord, encodeCursor, encodeRecord, InvalidCursorError, timeMs } from './codec.js';
 import type { Page, PageResult, StoredToken, TokenFilter, TokenStore, WrappedDataKey } from './types.js';
-import { DuplicateTokenError, StoreUnavailableError } from './types.js';
+import { StoreUnavailableError } from './types.js';
+import {
+  describeError, LIVE, openConnection, sqliteCode, writeError, writeExecutor, WriterThread,
+  type Params, type WriteOp, type WriteRequest, type WriteResult, type WriteRow,
+} from './embedded-writer.js';
 
 const SCHEMA_VERSION = 1;
 const SCHEMA = `
@@ -53,7 +56,6 @@ CREATE TABLE IF NOT EXISTS data_keys (
   kid TEXT NOT NULL UNIQUE, wrapped TEXT NOT NULL, created_at TEXT NOT NULL
 );`;
 
-const LIVE = '(expires_ms IS NULL OR expires_ms > @now)';
 const COLUMNS = 'seq, record, cvc_sealed, cvc_expires_ms';
 
 interface Row {
@@ -61,40 +63,6 @@ interface Row {
   record: string;
   cvc_sealed: string | null;
   cvc_expires_ms: number | null;
-}
-
-type Params = Record<string, string | number | null>;
-
-/** One record as the writer needs it (structured-cloned to the writer thread). */
-export interface WriteRow {
-  tenant_id: string;
-  id: string;
-  index_hashes: string[];
-  metadata: Record<string, string>;
-  params: Params;
-}
-
-export type WriteOp =
-  | { op: 'insert'; rows: WriteRow[] }
-  | { op: 'update'; row: WriteRow }
-  | { op: 'delete'; tenant_id: string; id: string }
-  | { op: 'purgeCvc'; now: number }
-  | { op: 'addKey'; key: WrappedDataKey };
-
-export type WriteResult = { ok: true; value: unknown } | { ok: false; error: unknown };
-
-/** A write failure as it crosses the thread boundary: no message, no values, only what it was. */
-export type ErrorDescriptor = { kind: 'duplicate'; id: string } | { kind: 'sqlite'; code: string } | { kind: 'other' };
-
-/** Main thread → writer: the writes of one event-loop turn; `close` after the last. */
-export interface WriterRequest {
-  ops: { id: number; op: WriteOp }[];
-  close?: boolean;
-}
-
-/** Writer → main thread: one answer per op, sent after their transaction committed (or failed). */
-export interface WriterReply {
-  results: { id: number; ok: boolean; value?: unknown; error?: ErrorDescriptor }[];
 }
 
 /** Optional list conditions; a statement is prepared once per combination present. */
@@ -116,34 +84,6 @@ const LIST_CONDITIONS: ReadonlyArray<[keyof TokenFilter | 'after', string]> = [
   ['ids', 'id IN (SELECT value FROM json_each(@ids))'],
 ];
 
-function sqliteCode(err: unknown): string | null {
-  return err instanceof Database.SqliteError ? err.code : null;
-}
-
-export function describeError(err: unknown): ErrorDescriptor {
-  if (err instanceof DuplicateTokenError) return { kind: 'duplicate', id: err.id };
-  const code = sqliteCode(err);
-  return code ? { kind: 'sqlite', code } : { kind: 'other' };
-}
-
-/** The error a caller sees for a failed write (`cause` only when it happened in this thread). */
-function writeError(d: ErrorDescriptor, cause?: unknown): Error {
-  if (d.kind === 'duplicate') return new DuplicateTokenError(d.id);
-  const options = cause === undefined ? undefined : { cause };
-  if (d.kind === 'sqlite') return new StoreUnavailableError(`the embedded store failed (${d.code})`, options);
-  return new StoreUnavailableError('the embedded store failed', options);
-}
-
-/** A connection with the settings every connection needs (they are per connection, except WAL). */
-export function openConnection(path: string): Database.Database {
-  const db = new Database(path);
-  db.pragma('journal_mode = WAL');
-  db.pragma('synchronous = FULL');
-  db.pragma('busy_timeout = 5000');
-  db.pragma('foreign_keys = ON');
-  return db;
-}
-
 function prepareReads(db: Database.Database) {
   return {
     get: db.prepare<[Params], Row>(`SELECT ${COLUMNS} FROM tokens WHERE tenant_id = @tenant AND id = @id AND ${LIVE}`),
@@ -158,187 +98,6 @@ function prepareReads(db: Database.Database) {
   };
 }
 
-/**
- * The write side, shared by the writer thread and the in-thread (':memory:') mode: a function that
- * runs a list of writes in ONE transaction (one WAL fsync), each write in a savepoint of its own
- * (better-sqlite3 nests transactions as savepoints), so a duplicate id fails that insertMany alone
- * and the others commit. Any other failure rolls the whole group back and fails every write in it.
- */
-export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) => WriteResult[] {
-  const s = {
-    insert: db.prepare<[Params]>(
-      `INSERT INTO tokens (tenant_id, id, type, container, fingerprint, expires_ms, cvc_sealed, cvc_expires_ms, record)
-       VALUES (@tenant, @id, @type, @container, @fingerprint, @expires_ms, @cvc_sealed, @cvc_expires_ms, @record)`,
-    ),
-    insertHash: db.prepare<[string, string, number | bigint]>('INSERT OR IGNORE INTO token_index_hashes (tenant_id, hash, seq) VALUES (?, ?, ?)'),
-    insertMeta: db.prepare<[string, string, string, number | bigint]>('INSERT OR IGNORE INTO token_metadata (tenant_id, key, value, seq) VALUES (?, ?, ?, ?)'),
-    deleteHashes: db.prepare<[number]>('DELETE FROM token_index_hashes WHERE seq = ?'),
-    deleteMeta: db.prepare<[number]>('DELETE FROM token_metadata WHERE seq = ?'),
-    liveSeq: db.prepare<[Params], { seq: number }>(`SELECT seq FROM tokens WHERE tenant_id = @tenant AND id = @id AND ${LIVE}`),
-    update: db.prepare<[Params]>(
-      `UPDATE tokens SET type = @type, container = @container, fingerprint = @fingerprint, expires_ms = @expires_ms,
-       cvc_sealed = @cvc_sealed, cvc_expires_ms = @cvc_expires_ms, record = @record WHERE seq = @seq`,
-    ),
-    delete: db.prepare<[string, string], { expires_ms: number | null }>('DELETE FROM tokens WHERE tenant_id = ? AND id = ? RETURNING expires_ms'),
-    purgeCvc: db.prepare<[number]>('UPDATE tokens SET cvc_sealed = NULL WHERE cvc_sealed IS NOT NULL AND cvc_expires_ms <= ?'),
-    listKeys: db.prepare<[], { kid: string; wrapped: string; created_at: string }>('SELECT kid, wrapped, created_at FROM data_keys ORDER BY ord'),
-    addKey: db.prepare<[string, string, string]>('INSERT OR IGNORE INTO data_keys (kid, wrapped, created_at) VALUES (?, ?, ?)'),
-  };
-  const writeSide = (r: WriteRow, seq: number | bigint): void => {
-    for (const hash of r.index_hashes) s.insertHash.run(r.tenant_id, hash, seq);
-    for (const [key, value] of Object.entries(r.metadata)) s.insertMeta.run(r.tenant_id, key, value, seq);
-  };
-  const one = db.transaction((w: WriteOp): unknown => {
-    switch (w.op) {
-      case 'insert':
-        for (const r of w.rows) {
-          let seq: number | bigint;
-          try {
-            seq = s.insert.run(r.params).lastInsertRowid;
-          } catch (err) {
-            const code = sqliteCode(err);
-            if (code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY') throw new DuplicateTokenError(r.id);
-            throw err;
-          }
-          writeSide(r, seq);
-        }
-        return undefined;
-      case 'update': {
-        const live = s.liveSeq.get({ tenant: w.row.tenant_id, id: w.row.id, now: Date.now() });
-        if (!live) return false;
-        s.update.run({ ...w.row.params, seq: live.seq });
-        s.deleteHashes.run(live.seq);
-        s.deleteMeta.run(live.seq);
-        writeSide(w.row, live.seq);
-        return true;
-      }
-      case 'delete': {
-        // True only when it was live: an expired token counts as missing.
-        const row = s.delete.get(w.tenant_id, w.id);
-        return row !== undefined && (row.expires_ms === null || row.expires_ms > Date.now());
-      }
-      case 'purgeCvc':
-        return s.purgeCvc.run(w.now).changes;
-      case 'addKey':
-        s.addKey.run(w.key.kid, w.key.wrapped, w.key.created_at);
-        return s.listKeys.all();
-    }
-  });
-  const group = db.transaction((ops: readonly WriteOp[], out: WriteResult[]) => {
-    for (const w of ops) {
-      try {
-        out.push({ ok: true, value: one(w) });
-      } catch (err) {
-        if (!(err instanceof DuplicateTokenError)) throw err;
-        out.push({ ok: false, error: err });
-      }
-    }
-  });
-  return (ops) => {
-    const out: WriteResult[] = [];
-    try {
-      group(ops, out);
-    } catch (err) {
-      return ops.map(() => ({ ok: false, error: err }));
-    }
-    return out;
-  };
-}
-
-/**
- * Starts embedded-writer.js next to this file, or embedded-writer.ts when running from source
- * under a TypeScript loader (tap's ts-node, tsx). The worker inherits process.execArgv, but on
- * Node 20 (and 22/24 before tsx 4.21's 22.22.3/24.11.1) tsx registers its hooks on the main
- * thread only (https://github.com/privatenumber/tsx/issues/354), so from source the worker starts
- * from a small bootstrap that registers tsx itself when its loader cannot load the .ts entry.
- */
-function startWriter(dbPath: string): Worker {
-  const workerData = { path: dbPath };
-  const here = fileURLToPath(import.meta.url);
-  if (!here.endsWith('.ts')) return new Worker(join(dirname(here), 'embedded-writer.js'), { workerData });
-  const entry = new URL('./embedded-writer.ts', import.meta.url).href;
-  let tsx: string | null = null;
-  try {
-    tsx = import.meta.resolve('tsx/esm/api');
-  } catch {
-    // no tsx: the inherited loader must handle .ts on its own
-  }
-  const bootstrap = `
-    const entry = ${JSON.stringify(entry)}, tsx = ${JSON.stringify(tsx)};
-    import(entry).catch(async (err) => {
-      if (err?.code !== 'ERR_UNKNOWN_FILE_EXTENSION' || tsx === null) throw err;
-      (await import(tsx)).register();
-      await import(entry + '?tsx');
-    });`;
-  return new Worker(bootstrap, { eval: true, workerData });
-}
-
-interface Request {
-  op: WriteOp;
-  resolve: (value: unknown) => void;
-  reject: (err: unknown) => void;
-}
-
-/**
- * One writer thread. It keeps the process alive only while a write is in flight (ref'd then,
- * unref'd when idle). When it dies, every write in flight rejects; the store starts a new one.
- */
-class WriterThread {
-  readonly #worker: Worker;
-  readonly #inflight = new Map<number, Request>();
-  #nextId = 1;
-  #closing = false;
-  #alive = true;
-  readonly exited: Promise<void>;
-
-  constructor(dbPath: string) {
-    this.#worker = startWriter(dbPath);
-    this.#worker.unref();
-    this.#worker.on('message', (m: WriterReply) => this.#answer(m));
-    // An uncaught error in the writer ('error') is always followed by 'exit', which rejects.
-    this.#worker.on('error', () => {});
-    this.exited = new Promise((resolve) => {
-      this.#worker.once('exit', () => {
-        this.#alive = false;
-        const lost = [...this.#inflight.values()];
-        this.#inflight.clear();
-        for (const r of lost) r.reject(new StoreUnavailableError('the embedded store writer stopped'));
-        resolve();
-      });
-    });
-  }
-
-  get alive(): boolean {
-    return this.#alive;
-  }
-
-  get worker(): Worker {
-    return this.#worker;
-  }
-
-  send(requests: readonly Request[], close = false): void {
-    if (this.#inflight.size === 0 || close) this.#worker.ref();
-    if (close) this.#closing = true;
-    const ops = requests.map((r) => {
-      const id = this.#nextId++;
-      this.#inflight.set(id, r);
-      return { id, op: r.op };
-    });
-    this.#worker.postMessage({ ops, close } satisfies WriterRequest);
-  }
-
-  #answer(m: WriterReply): void {
-    for (const res of m.results) {
-      const r = this.#inflight.get(res.id);
-      if (!r) continue;
-      this.#inflight.delete(res.id);
-      if (res.ok) r.resolve(res.value);
-      else r.reject(writeError(res.error ?? { kind: 'other' }));
-    }
-    if (this.#inflight.size === 0 && !this.#closing) this.#worker.unref();
-  }
-}
-
 export class EmbeddedStore implements TokenStore {
   readonly kind = 'embedded' as const;
   readonly #db: Database.Database;
@@ -348,7 +107,7 @@ export class EmbeddedStore implements TokenStore {
   readonly #execute: ((ops: readonly WriteOp[]) => WriteResult[]) | null = null;
   #writer: WriterThread | null = null;
   /** Writes waiting for the next group commit (see insertMany). */
-  #queue: Request[] = [];
+  #queue: WriteRequest[] = [];
   #flushScheduled = false;
   #closed: Promise<void> | null = null;
 
@@ -483,12 +242,7 @@ export class EmbeddedStore implements TokenStore {
 
   async #shutdown(): Promise<void> {
     const requests = this.#take();
-    if (this.#execute) this.#settle(requests, this.#execute(requests.map((r) => r.op)));
-    else if (requests.length > 0 || this.#writer?.alive) {
-      const writer = this.#liveWriter();
-      writer.send(requests, true);
-      await writer.exited;
-    }
+    if (requests.length > 0 || this.#writer?.alive) await this.#dispatch(requests, true)?.exited;
     this.#writer = null;
     if (this.#db.open) this.#db.close();
   }
@@ -511,7 +265,7 @@ export class EmbeddedStore implements TokenStore {
     });
   }
 
-  #take(): Request[] {
+  #take(): WriteRequest[] {
     this.#flushScheduled = false;
     const requests = this.#queue;
     this.#queue = [];
@@ -520,29 +274,30 @@ export class EmbeddedStore implements TokenStore {
 
   #flush(): void {
     const requests = this.#take();
-    if (requests.length === 0) return;
+    if (requests.length > 0) this.#dispatch(requests, false);
+  }
+
+  /**
+   * Runs the writes in this thread (':memory:'), or hands them to the writer thread, starting a
+   * new one when none is alive (a dead one has rejected its writes in flight).
+   */
+  #dispatch(requests: readonly WriteRequest[], close: boolean): WriterThread | null {
     if (this.#execute) {
       this.#settle(requests, this.#execute(requests.map((r) => r.op)));
-      return;
+      return null;
     }
-    let writer: WriterThread;
     try {
-      writer = this.#liveWriter();
+      if (!this.#writer?.alive) this.#writer = new WriterThread(this.path);
     } catch (err) {
       const failure = new StoreUnavailableError('the embedded store writer cannot start', { cause: err });
       for (const r of requests) r.reject(failure);
-      return;
+      return null;
     }
-    writer.send(requests);
-  }
-
-  /** The running writer, or a new one when it died (its writes in flight have been rejected). */
-  #liveWriter(): WriterThread {
-    if (!this.#writer?.alive) this.#writer = new WriterThread(this.path);
+    this.#writer.send(requests, close);
     return this.#writer;
   }
 
-  #settle(requests: readonly Request[], results: readonly WriteResult[]): void {
+  #settle(requests: readonly WriteRequest[], results: readonly WriteResult[]): void {
     requests.forEach((r, i) => {
       const res = results[i];
       if (res.ok) r.resolve(res.value);

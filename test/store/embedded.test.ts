@@ -1,5 +1,6 @@
 /**
- * EmbeddedStore: the contract on a fresh SQLite file per test, and what actually lands on disk.
+ * EmbeddedStore: the contract on a fresh SQLite file per test (writer thread) and on ':memory:'
+ * (in-thread), and what actually lands on disk. The writer thread itself: embedded-writer.test.ts.
  */
 import t from 'tap';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -20,10 +21,24 @@ function tempDir(t: Test): string {
   return dir;
 }
 
-runContract(t, async (t) => {
-  const store = new EmbeddedStore(join(tempDir(t), 'tokens.db'));
-  t.teardown(() => store.close());
-  return store;
+// A file: writes on the writer thread, reads on this one.
+t.test('contract on a file (writer thread)', async (t) => {
+  runContract(t, async (t) => {
+    const store = new EmbeddedStore(join(tempDir(t), 'tokens.db'));
+    t.teardown(() => store.close());
+    t.ok(store.writerThread(), 'a writer thread does the writes');
+    return store;
+  });
+});
+
+// ':memory:' cannot be shared with another thread: the same write code runs in this one.
+t.test("contract on ':memory:' (in-thread)", async (t) => {
+  runContract(t, async (t) => {
+    const store = new EmbeddedStore(':memory:');
+    t.teardown(() => store.close());
+    t.equal(store.writerThread(), null, 'no writer thread');
+    return store;
+  });
 });
 
 t.test('the files hold no plaintext card number or cvc', async (t) => {
