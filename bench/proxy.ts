@@ -108,6 +108,13 @@ interface Measured extends LoadResult {
   upstreamPlaintext: number;
   /** CPU used by processes outside this benchmark's process tree, in cores (NaN: unknown). */
   otherCores: number;
+  /**
+   * For the rows served in this process (the node forwarders, tokenproxy): CPU per request of
+   * the main thread (the event loop), and of the whole process (its threads too: libuv, the
+   * embedded store's writer thread), in µs. NaN for the rows served by other processes.
+   */
+  mainCpuUs: number;
+  procCpuUs: number;
 }
 
 interface Row {
@@ -264,19 +271,41 @@ function cpuTicks(): { machine: number; ours: number } | null {
   }
 }
 
+/** This process's main thread's CPU time in clock ticks (/proc/self/task/<pid>/stat); NaN without /proc. */
+function mainThreadTicks(): number {
+  try {
+    const stat = readFileSync(`/proc/self/task/${process.pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(f[11]) + Number(f[12]);
+  } catch {
+    return NaN;
+  }
+}
+
+const IN_PROCESS: ReadonlySet<RowId> = new Set(['forwarder', 'httpproxy', 'pass', 'tokenize']);
+
 async function measure(runner: LoadRunner, upstream: Upstream, row: Row, durationMs: number, warmupMs: number): Promise<Measured> {
   await upstream.stats(true);
   const opts: LoadOptions = { url: row.url, method: 'POST', headers: row.headers, body: row.body, connections: CONNECTIONS, durationMs, warmupMs };
   const c0 = cpuTicks();
+  const main0 = mainThreadTicks();
+  const proc0 = process.cpuUsage();
   const t0 = performance.now();
   const r = await runner.run(opts);
+  const proc = process.cpuUsage(proc0);
+  const main1 = mainThreadTicks();
   const c1 = cpuTicks();
   const seconds = (performance.now() - t0) / 1000;
   const otherCores = c0 && c1 ? Math.max(0, c1.machine - c0.machine - (c1.ours - c0.ours)) / CLK_TCK / seconds : NaN;
   const s = await upstream.stats(true);
   if (s.watchHits > 0 && !row.upstreamSample) row.upstreamSample = s.watchSample;
   if (row.upstreamSample === undefined) row.upstreamSample = s.sample;
-  return { ...r, upstreamRequests: s.requests, upstreamPlaintext: s.watchHits, otherCores };
+  // The CPU windows cover warm-up and measurement: divided by every request of both.
+  const served = r.requests + r.warmupRequests;
+  const inProcess = IN_PROCESS.has(row.id) && served > 0;
+  const mainCpuUs = inProcess ? ((main1 - main0) / CLK_TCK) * 1e6 / served : NaN;
+  const procCpuUs = inProcess ? (proc.user + proc.system) / served : NaN;
+  return { ...r, upstreamRequests: s.requests, upstreamPlaintext: s.watchHits, otherCores, mainCpuUs, procCpuUs };
 }
 
 async function main(): Promise<number> {
@@ -452,6 +481,8 @@ async function main(): Promise<number> {
       loadRequests: sum((r) => r.requests + r.warmupRequests),
       upstreamPlaintext: sum((r) => r.upstreamPlaintext),
       otherCores: median(row.rounds.map((r) => r.otherCores)),
+      mainCpuUs: median(row.rounds.map((r) => r.mainCpuUs)),
+      procCpuUs: median(row.rounds.map((r) => r.procCpuUs)),
       otherCoresMax: measured ? Math.max(...row.rounds.map((r) => r.otherCores)) : NaN,
       vsNginx: measured ? paired(row, nginx) : NaN,
       vsForwarder: measured ? paired(row, forwarder) : NaN,
@@ -462,15 +493,21 @@ async function main(): Promise<number> {
 
   console.log('');
   console.log(table(
-    ['row', 'req/s', '[min-max]', 'p50 ms', 'p99 ms', 'errors', 'x nginx', 'x forwarder', 'other cpu'],
+    ['row', 'req/s', '[min-max]', 'p50 ms', 'p99 ms', 'errors', 'x nginx', 'x forwarder', 'cpu us/req', 'other cpu'],
     summary.map((s) =>
       s.rpsRange
-        ? [s.title, num(s.rps), `[${num(s.rpsRange[0])}-${num(s.rpsRange[1])}]`, s.p50.toFixed(2), s.p99.toFixed(2), `${s.errors}/${s.requests}`, ratio(s.vsNginx), ratio(s.vsForwarder), Number.isFinite(s.otherCores) ? s.otherCores.toFixed(2) : '-']
-        : [s.title, s.failed ? 'FAILED' : 'skipped', '', '', '', '', '', '', ''],
+        ? [
+            s.title, num(s.rps), `[${num(s.rpsRange[0])}-${num(s.rpsRange[1])}]`, s.p50.toFixed(2), s.p99.toFixed(2), `${s.errors}/${s.requests}`,
+            ratio(s.vsNginx), ratio(s.vsForwarder),
+            Number.isFinite(s.mainCpuUs) ? `${s.mainCpuUs.toFixed(0)} / ${s.procCpuUs.toFixed(0)}` : '-',
+            Number.isFinite(s.otherCores) ? s.otherCores.toFixed(2) : '-',
+          ]
+        : [s.title, s.failed ? 'FAILED' : 'skipped', '', '', '', '', '', '', '', ''],
     ),
   ));
   console.log(`\nx nginx, x forwarder: req/s, median over rounds of (row / reference in the same round). p50/p99: median over rounds.`);
   console.log(`load generator, upstream, nginx and this process (node forwarders, tokenproxy) share the machine's ${env.cores} cores; load average now ${loadavg()[0].toFixed(2)}`);
+  console.log(`cpu us/req: for the rows served in this process, CPU per request of its main thread / of the whole process (all its threads), median over rounds`);
   console.log(`other cpu: cores used by user processes outside this benchmark (kernel threads excluded) during the row's windows (median over rounds; from /proc)`);
   const busiest = Math.max(...summary.map((x) => x.otherCoresMax).filter(Number.isFinite));
   if (busiest > 0.2) {
