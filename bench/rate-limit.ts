@@ -26,7 +26,6 @@
  * non-zero only when a response was not 200.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -39,7 +38,7 @@ import { createLogger } from '../src/log.js';
 import { RULE_NAMES } from '../src/rate-limit/rules.js';
 import { startService, type RunningService } from '../src/server.js';
 import { startLoadRunner, type LoadOptions, type LoadResult, type LoadRunner } from './lib/load.js';
-import { freePort, startBenchRedis, type BenchRedis } from './lib/redis.js';
+import { startBenchRedis, type BenchRedis } from './lib/redis.js';
 import { machine, num, ratio, table } from './lib/report.js';
 
 const { values: args } = parseArgs({
@@ -94,32 +93,6 @@ function rawConfig(rateLimits: Record<string, unknown>, dataDir: string): Record
   };
 }
 
-/** A redis-server without persistence (rate-limit counters need none), on a free loopback port. */
-async function startVolatileRedis(): Promise<{ url: string; stop: () => Promise<void> } | null> {
-  if (spawnSync('redis-server', ['--version']).status !== 0) return null;
-  const port = await freePort();
-  const child: ChildProcess = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'no'], { stdio: 'ignore' });
-  const exited = new Promise<void>((res) => child.once('exit', () => res()));
-  const stop = async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 3000);
-      await exited;
-      clearTimeout(timer);
-    }
-  };
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    if (spawnSync('redis-cli', ['-p', String(port), 'ping'], { encoding: 'utf8' }).stdout?.trim() === 'PONG') break;
-    if (Date.now() > deadline || child.exitCode !== null) {
-      await stop();
-      throw new Error(`redis-server on port ${port} did not start`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return { url: `redis://127.0.0.1:${port}`, stop };
-}
-
 /** One request outside the measurement: 200, and the RateLimit-Limit header the row promises. */
 async function probe(row: Row): Promise<void> {
   const res = await request(`${row.svc.url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json', 'svc-api-key': KEYS[0] }, body: BODY });
@@ -169,7 +142,8 @@ async function main(): Promise<number> {
     await add('memory', { enabled: true, store: 'memory' }, '1000000000');
     if (args['no-redis']) redisNote = 'Redis rows skipped (--no-redis)';
     else {
-      const volatile = await startVolatileRedis();
+      // Rate-limit counters need no persistence; the fsync row shows what durable Redis costs.
+      const volatile = await startBenchRedis({ durable: false });
       const durable: BenchRedis | null = volatile ? await startBenchRedis() : null;
       if (!volatile || !durable) redisNote = 'Redis rows skipped: redis-server is not installed';
       else {

@@ -14,7 +14,7 @@ import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, unlinkSync, w
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort } from './redis.js';
+import { freePort } from '../../test/helpers/redis.js';
 
 export type NginxLookup = { bin: string; version: string; installed: string | null } | { bin: null; reason: string };
 

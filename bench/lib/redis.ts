@@ -1,14 +1,15 @@
 /**
- * A throwaway redis-server for a benchmark: a free loopback port, a temporary directory, and the
- * durable setting the README requires for the token store (AOF, appendfsync always), so Redis
- * figures are comparable with the embedded store's fsync-per-commit. Returns null when
- * redis-server is not installed (the caller prints that the Redis rows were skipped).
+ * A throwaway redis-server for a benchmark: a free loopback port, a temporary directory, and by
+ * default the durable setting the README requires for the token store (AOF, appendfsync always),
+ * so Redis figures are comparable with the embedded store's fsync-per-commit; `durable: false`
+ * for counters that need no persistence (rate limits). Returns null when redis-server is not
+ * installed (the caller prints that the Redis rows were skipped).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from '../../test/helpers/redis.js';
 
 export interface BenchRedis {
   url: string;
@@ -18,24 +19,13 @@ export interface BenchRedis {
   stop(): Promise<void>;
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-export async function startBenchRedis(): Promise<BenchRedis | null> {
+export async function startBenchRedis(opts: { durable?: boolean } = {}): Promise<BenchRedis | null> {
   if (spawnSync('redis-server', ['--version']).status !== 0) return null;
+  const durable = opts.durable ?? true;
   const dir = mkdtempSync(join(tmpdir(), 'tp-bench-redis-'));
   const port = await freePort();
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always', '--protected-mode', 'no'];
+  const persistence = durable ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no'];
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', ...persistence, '--protected-mode', 'no'];
   const child: ChildProcess = spawn('redis-server', args, { stdio: 'ignore' });
   const exited = new Promise<void>((res) => child.once('exit', () => res()));
   const stop = async () => {
@@ -57,5 +47,5 @@ export async function startBenchRedis(): Promise<BenchRedis | null> {
     }
     await new Promise((res) => setTimeout(res, 50));
   }
-  return { url: `redis://127.0.0.1:${port}`, port, settings: 'appendonly yes, appendfsync always', stop };
+  return { url: `redis://127.0.0.1:${port}`, port, settings: durable ? 'appendonly yes, appendfsync always' : 'no persistence', stop };
 }
