@@ -43,7 +43,7 @@ import { Sandbox } from '../src/reactors/isolate.js';
 import type { HostReactorDef } from '../src/reactors/protocol.js';
 import { startLoadRunner, type LoadOptions, type LoadResult, type LoadRunner } from './lib/load.js';
 import { machine, num, ratio, table } from './lib/report.js';
-import { BENCH_APP, BENCH_KEY, BENCH_TENANT, startBenchService, type BenchService } from './lib/service.js';
+import { BENCH_KEY, benchConfig, startBenchService, type BenchService } from './lib/service.js';
 
 const { values: opt } = parseArgs({
   options: {
@@ -96,24 +96,15 @@ const HEADERS = { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }
 
 function rawConfig(): Record<string, unknown> {
   const reactor = (id: string, code: string, over: Record<string, unknown> = {}) => ({ id, name: id, code, timeout_ms: 5000, ...over });
-  return {
-    server: { host: '127.0.0.1', port: 0 },
-    log: { level: 'silent' },
-    rate_limits: { enabled: false },
-    tenants: [
-      {
-        id: BENCH_TENANT,
-        name: 'bench',
-        applications: [
-          { id: BENCH_APP, name: 'bench-private', type: 'private', keys: [BENCH_KEY], permissions: ['token:create', 'token:read', 'token:search', 'reactor:invoke'] },
-        ],
-        reactors: [
-          reactor('echo', ECHO),
-          ...Array.from({ length: COLD_SAMPLES }, (_, i) => reactor(`cold-${i}`, COLD, { warm_concurrency: 1, max_concurrency: 2 })),
-        ],
-      },
-    ],
-  };
+  return benchConfig({
+    permissions: ['token:search', 'reactor:invoke'],
+    tenant: {
+      reactors: [
+        reactor('echo', ECHO),
+        ...Array.from({ length: COLD_SAMPLES }, (_, i) => reactor(`cold-${i}`, COLD, { warm_concurrency: 1, max_concurrency: 2 })),
+      ],
+    },
+  });
 }
 
 interface Stats {

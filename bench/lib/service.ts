@@ -26,7 +26,8 @@ export interface BenchService {
   stop(): Promise<void>;
 }
 
-export function benchConfig(): Record<string, unknown> {
+/** The bench tenant with one private key; `permissions` and `tenant` add to it (e.g. reactors). */
+export function benchConfig(extra: { permissions?: string[]; tenant?: Record<string, unknown> } = {}): Record<string, unknown> {
   return {
     server: { host: '127.0.0.1', port: 0 },
     log: { level: 'silent' },
@@ -36,8 +37,9 @@ export function benchConfig(): Record<string, unknown> {
         id: BENCH_TENANT,
         name: 'bench',
         applications: [
-          { id: BENCH_APP, name: 'bench-private', type: 'private', keys: [BENCH_KEY], permissions: ['token:create', 'token:read'] },
+          { id: BENCH_APP, name: 'bench-private', type: 'private', keys: [BENCH_KEY], permissions: ['token:create', 'token:read', ...(extra.permissions ?? [])] },
         ],
+        ...extra.tenant,
       },
     ],
   };
