@@ -24,7 +24,19 @@ import type { Page, PageResult, StoredToken, TokenFilter, TokenStore, WrappedDat
 import { DuplicateTokenError, StoreUnavailableError } from './types.js';
 import { checkPage, cvcVisible, decodeCursor, decodeDataKey, decodeRecord, encodeCursor, encodeRecord, InvalidCursorError, isLive, timeMs } from './codec.js';
 
-const INSERT = `
+/** Lua: stores record b's sealed cvc (if any) with its purge deadline (KEYS[1]: the cvc due zset). */
+const SET_CVC = `
+local function setCvc(b)
+  if b.cvc then
+    redis.call('SET', b.cvcKey, b.cvc)
+    if b.exp then
+      redis.call('ZADD', KEYS[1], b.exp, b.cvcKey)
+      redis.call('PEXPIREAT', b.cvcKey, b.exp)
+    end
+  end
+end`;
+
+const INSERT = `${SET_CVC}
 local batch = cjson.decode(ARGV[1])
 local seen = {}
 for i = 1, #batch do
@@ -37,17 +49,11 @@ for i = 1, #batch do
   local seq = redis.call('INCR', b.seq)
   redis.call('HSET', b.key, 'r', b.r, 'k', b.k, 's', seq, 'e', b.e)
   for _, z in ipairs(cjson.decode(b.k)) do redis.call('ZADD', z, seq, b.id) end
-  if b.cvc then
-    redis.call('SET', b.cvcKey, b.cvc)
-    if b.exp then
-      redis.call('ZADD', KEYS[1], b.exp, b.cvcKey)
-      redis.call('PEXPIREAT', b.cvcKey, b.exp)
-    end
-  end
+  setCvc(b)
 end
 return false`;
 
-const UPDATE = `
+const UPDATE = `${SET_CVC}
 local b = cjson.decode(ARGV[1])
 local old = redis.call('HMGET', b.key, 'k', 's', 'e')
 if not old[1] or (old[3] ~= '' and tonumber(old[3]) <= tonumber(ARGV[2])) then return 0 end
@@ -56,13 +62,7 @@ for _, z in ipairs(cjson.decode(b.k)) do redis.call('ZADD', z, old[2], b.id) end
 redis.call('HSET', b.key, 'r', b.r, 'k', b.k, 'e', b.e)
 redis.call('ZREM', KEYS[1], b.cvcKey)
 redis.call('DEL', b.cvcKey)
-if b.cvc then
-  redis.call('SET', b.cvcKey, b.cvc)
-  if b.exp then
-    redis.call('ZADD', KEYS[1], b.exp, b.cvcKey)
-    redis.call('PEXPIREAT', b.cvcKey, b.exp)
-  end
-end
+setCvc(b)
 return 1`;
 
 const DELETE = `
