@@ -5,26 +5,17 @@
  * shape (400, nothing forwarded, no token), invalid JSON (400) and a body over the limit (413).
  * Every error of tokenproxy itself comes wrapped as {"proxy_error": {…}}.
  */
-import { createServer, request as httpRequest } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { request as httpRequest } from 'node:http';
 import t from 'tap';
+import { freePort } from '../helpers/redis.js';
 import { KEYS, startTestService } from '../helpers/service.js';
 import { rawRequest, startUpstream } from '../helpers/upstream.js';
 import { assertProxyError, CARD, configWithProxies, PROXY_KEY, PROXY_KEY_2, SSN } from '../helpers/proxy.js';
 
-/** A port on 127.0.0.1 with nothing listening (bound, then closed). */
-async function deadPort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
-  const { port } = srv.address() as AddressInfo;
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
-}
-
 const hdr = (key: string) => ({ 'svc-proxy-key': key });
 
 t.test('destination down: 502 destination_unreachable, wrapped, no destination status', async (t) => {
-  const port = await deadPort();
+  const port = await freePort(); // bound and released: nothing listens on it
   const cfg = configWithProxies([
     { id: 'pass', name: 'pass', key: PROXY_KEY, require_auth: false, destination_url: `http://127.0.0.1:${port}/base/` },
     {

@@ -7,10 +7,9 @@
  * what it received into its answers, so whatever reached it would also come back.
  */
 import { readdirSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:http';
 import { join } from 'node:path';
-import type { AddressInfo } from 'node:net';
 import t from 'tap';
+import { freePort } from '../helpers/redis.js';
 import { KEYS, startTestService } from '../helpers/service.js';
 import { rawRequest, startUpstream, type RawResponse } from '../helpers/upstream.js';
 import { configWithProxies } from '../helpers/proxy.js';
@@ -40,13 +39,6 @@ const SECRETS: Array<[string, RegExp]> = [
   ['api key', new RegExp(API_KEY)],
 ];
 
-async function deadPort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
-  const { port } = srv.address() as AddressInfo;
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
-}
 
 t.test('no card, cvc, ssn or key leaves in a response, a log line or an upstream request', async (t) => {
   const up = await startUpstream(t);
@@ -61,7 +53,7 @@ t.test('no card, cvc, ssn or key leaves in a response, a log line or an upstream
   slow.respond(() => {
     // Never answers.
   });
-  const dead = await deadPort();
+  const dead = await freePort(); // bound and released: nothing listens on it
   const tokenize = {
     type: 'tokenize', identifier: 'pay',
     fields: [
