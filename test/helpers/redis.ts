@@ -104,3 +104,35 @@ export async function startRedis(): Promise<RedisHandle> {
     },
   };
 }
+
+/** What redisForFile needs of a tap test. */
+interface PlannableTest {
+  plan(n: number, comment?: string): void;
+  teardown(fn: () => unknown): void;
+}
+
+/**
+ * The redis-server of one test file: started here and stopped on the file's teardown, or null
+ * when the file must skip (its plan is set to 0 with the reason; with TOKENPROXY_REQUIRE_REDIS=1 a
+ * missing redis-server throws instead). `killable`: the file kills and restarts the server, which
+ * needs one this helper started, not REDIS_URL's.
+ */
+export async function redisForFile(t: PlannableTest, opts: { killable?: boolean } = {}): Promise<RedisHandle | null> {
+  const skip = redisSkip();
+  if (skip) {
+    t.plan(0, skip);
+    return null;
+  }
+  if (opts.killable && process.env.REDIS_URL) {
+    t.plan(0, 'needs a redis-server started by the helper (kill/restart)');
+    return null;
+  }
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  return redis;
+}
+
+/** The same server under a fresh key prefix (each service of a suite gets its own keys). */
+export function withFreshPrefix(redis: RedisHandle): RedisHandle {
+  return { ...redis, prefix: `${redis.prefix}${randomBytes(3).toString('hex')}:` };
+}

@@ -9,18 +9,12 @@
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { redisSkip, startRedis } from '../helpers/redis.js';
+import { redisForFile } from '../helpers/redis.js';
 import { startTestService } from '../helpers/service.js';
 import { client, expect429, expectAllowed, limitedConfig, oneToken, sleep, tenant, type HttpClient, type Reply } from './helpers.js';
 
-const skip = redisSkip();
-if (skip) {
-  t.plan(0, skip);
-} else if (process.env.REDIS_URL) {
-  t.plan(0, 'needs a redis-server started by the helper (kill/restart)');
-} else {
-  const redis = await startRedis();
-  t.teardown(() => redis.stop());
+const redis = await redisForFile(t, { killable: true });
+if (redis) {
   const keyPrefix = `${redis.prefix}rl:`;
   const TIMEOUT_MS = 300;
   // No hang: far above timeout_ms, far below any request timeout. Not a speed assertion.

@@ -6,16 +6,12 @@
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { redisSkip, startRedis } from '../helpers/redis.js';
+import { redisForFile } from '../helpers/redis.js';
 import { startTestService } from '../helpers/service.js';
 import { client, driveRow, expectAllowed, limitedConfig, oneToken, tenant, type Reply } from './helpers.js';
 
-const skip = redisSkip();
-if (skip) {
-  t.plan(0, skip);
-} else {
-  const redis = await startRedis();
-  t.teardown(() => redis.stop());
+const redis = await redisForFile(t);
+if (redis) {
   const keyPrefix = `${redis.prefix}rl:`;
 
   const seq = tenant({ custom: { private_key: { points: 5, duration_seconds: 30 } }, apps: [{ kind: 'private' }] });

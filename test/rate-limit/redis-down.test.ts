@@ -6,7 +6,7 @@
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
 import { createServer, type Socket } from 'node:net';
-import { redisSkip, startRedis } from '../helpers/redis.js';
+import { redisForFile } from '../helpers/redis.js';
 import { RateLimitService, type RateLimitConfig } from '../../src/rate-limit/limiter.js';
 import { captureLog, expect429, rejection, sleep, tenantWith, type Subject } from './fixtures.js';
 
@@ -18,14 +18,8 @@ async function timed<T>(p: Promise<T>): Promise<[T | unknown, number]> {
   return [r, Date.now() - start];
 }
 
-const skip = redisSkip();
-if (skip) {
-  t.plan(0, skip);
-} else if (process.env.REDIS_URL) {
-  t.plan(0, 'needs a redis-server started by the helper (kill/restart)');
-} else {
-  const redis = await startRedis();
-  t.teardown(() => redis.stop());
+const redis = await redisForFile(t, { killable: true });
+if (redis) {
   const cfg = (on_store_error: 'reject' | 'allow'): RateLimitConfig => ({
     enabled: true,
     store: 'redis',

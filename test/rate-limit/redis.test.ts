@@ -4,17 +4,13 @@
  */
 import t from 'tap';
 import { Redis } from 'ioredis';
-import { redisSkip, startRedis } from '../helpers/redis.js';
+import { redisForFile } from '../helpers/redis.js';
 import { RateLimitService, RATE_LIMIT_REDIS_OPTIONS, type RateLimitConfig } from '../../src/rate-limit/limiter.js';
 import { ServiceError } from '../../src/errors.js';
 import { captureLog, expect429, sleep, tenantWith, type Subject } from './fixtures.js';
 
-const skip = redisSkip();
-if (skip) {
-  t.plan(0, skip);
-} else {
-  const redis = await startRedis();
-  t.teardown(() => redis.stop());
+const redis = await redisForFile(t);
+if (redis) {
   const cfg: RateLimitConfig = {
     enabled: true,
     store: 'redis',

@@ -6,19 +6,15 @@ import t from 'tap';
 import type { Test } from 'tap';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { redisSkip, startRedis } from '../helpers/redis.js';
+import { redisForFile } from '../helpers/redis.js';
 import { runContract, makeRecord, TENANT_A } from './contract.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { createStore } from '../../src/store/factory.js';
 import { KeyRing } from '../../src/crypto/keyring.js';
 import { StoreUnavailableError } from '../../src/store/types.js';
 
-const skip = redisSkip();
-if (skip) {
-  t.plan(0, skip);
-} else {
-  const redis = await startRedis();
-  t.teardown(() => redis.stop());
+const redis = await redisForFile(t);
+if (redis) {
   let n = 0;
   const open = async (t: Test, keyPrefix = `${redis.prefix}${++n}:`): Promise<RedisStore> => {
     const store = await RedisStore.connect({ url: redis.url, keyPrefix });
