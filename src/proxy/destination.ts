@@ -114,9 +114,8 @@ export function splitProxyTarget(rawUrl: string): { suffix: string; query: strin
   return { suffix: path.slice('/proxy'.length), query };
 }
 
-/** The path and query to send to the destination's origin (`target`: a raw URL or its split). */
-export function destinationPath(base: DestinationBase, target: string | { suffix: string; query: string }): string {
-  const { suffix, query } = typeof target === 'string' ? splitProxyTarget(target) : target;
+/** The path and query to send to the destination's origin, from splitProxyTarget's parts. */
+export function destinationPath(base: DestinationBase, { suffix, query }: { suffix: string; query: string }): string {
   const path = (base.basePath + safeSuffix(suffix)).replace(/\/{2,}/g, '/') || '/';
   const stripped = stripProxyKeyParam(query);
   const q = base.baseQuery === '' ? stripped : stripped === '' ? base.baseQuery : `${base.baseQuery}&${stripped}`;

@@ -16,7 +16,7 @@ import { ServiceError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { CompiledProxy } from './compile.js';
 import { sendSocketProblem } from '../http/respond.js';
-import { destinationPath } from './destination.js';
+import { destinationPath, splitProxyTarget } from './destination.js';
 import { forwardedHeaders, type ForwardedFor } from './headers.js';
 import { upstreamError } from './upstream.js';
 
@@ -44,7 +44,7 @@ export class UpgradeForwarder {
         detail: 'This proxy transforms or blocks bodies; upgraded connections would bypass that',
       });
     }
-    const path = destinationPath(proxy.destination, req.url ?? '/');
+    const path = destinationPath(proxy.destination, splitProxyTarget(req.url ?? '/'));
     const h = req.headers;
     for (const name of Object.keys(h)) {
       if (name.startsWith('svc-') || name === 'forwarded' || name === 'proxy-authorization') delete h[name];
