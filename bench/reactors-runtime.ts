@@ -13,7 +13,7 @@
  * This process imports isolated-vm for the baseline on purpose; the service's main process never
  * does (it talks to the host).
  */
-import ivm from 'isolated-vm';
+import { loadIsolatedVm, type Reference } from '../src/reactors/ivm.js';
 import { pino } from 'pino';
 import { ReactorPool } from '../src/reactors/pool.js';
 import { Sandbox } from '../src/reactors/isolate.js';
@@ -81,13 +81,14 @@ function report(name: string, s: Stats, note?: string): void {
   console.log(`${name.padEnd(44)} p50 ${us(s.p50)}   p99 ${us(s.p99)}${note ? `   ${note}` : ''}`);
 }
 
+const loaded = loadIsolatedVm();
 const silent = pino({ level: 'silent' });
-console.log(`node ${process.version}, ${CALLS} calls per row (after ${WARMUP} warm-up calls)\n`);
+console.log(`node ${process.version}, ${loaded.name} ${loaded.version}, ${CALLS} calls per row (after ${WARMUP} warm-up calls)\n`);
 
 // ---- baseline: in-process isolated-vm ----
-const bare = new ivm.Isolate({ memoryLimit: 64 });
+const bare = new loaded.ivm.Isolate({ memoryLimit: 64 });
 const bareCtx = await bare.createContext();
-const bareFn = (await bareCtx.eval('(function (s) { return s.length; })', { reference: true })) as ivm.Reference<(s: string) => number>;
+const bareFn = (await bareCtx.eval('(function (s) { return s.length; })', { reference: true })) as Reference;
 const json1k = JSON.stringify(ARGS_1K);
 const bareStats = await measure(CALLS, () => bareFn.apply(undefined, [json1k], { timeout: 5000, result: { copy: true } }));
 report('in-process: bare Reference.apply (1 KB string)', bareStats);

@@ -17,7 +17,7 @@ const BENCHES: Record<string, { file: string; about: string }> = {
 
 function runOne(name: string, args: string[]): Promise<number> {
   const file = fileURLToPath(new URL(BENCHES[name].file, import.meta.url));
-  console.log(`=== bench: ${name} ===`);
+  console.log(`=== bench: ${name} (node ${process.version}, ${process.platform}-${process.arch}) ===`);
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [...process.execArgv, file, ...args], { stdio: 'inherit' });
     child.once('error', (err) => {

@@ -5,7 +5,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import type { Logger } from '../log.js';
-import { parseFromHost, type CallResult, type FromHost, type ToHost } from './protocol.js';
+import { EXIT_NO_ISOLATED_VM, parseFromHost, type CallResult, type FromHost, type ToHost } from './protocol.js';
 
 /** The host process went away (or was killed) while a request was open. */
 export class HostGoneError extends Error {
@@ -73,7 +73,11 @@ export class HostProcess {
       };
       host.onExit((code, signal) => {
         clearTimeout(timer);
-        reject(new HostGoneError(`the reactor host exited while starting (code ${code}, signal ${signal})`));
+        reject(new HostGoneError(
+          code === EXIT_NO_ISOLATED_VM
+            ? `the reactor host cannot load isolated-vm on Node ${process.version} (the reason is in the log line before this one)`
+            : `the reactor host exited while starting (code ${code}, signal ${signal})`,
+        ));
       });
     });
   }

@@ -10,8 +10,9 @@
  * flight with a 503 and starts a fresh host (src/reactors/runtime.ts).
  */
 import { ReactorCodeError } from './isolate.js';
+import { loadIsolatedVm } from './ivm.js';
 import { ReactorPool, type PoolEvents } from './pool.js';
-import { parseToHost, type FromHost, type HostOptions, type HostReactorDef } from './protocol.js';
+import { EXIT_NO_ISOLATED_VM, parseToHost, type FromHost, type HostOptions, type HostReactorDef } from './protocol.js';
 
 const live = new Map<string, ReactorPool>();
 const staged = new Map<string, ReactorPool>();
@@ -110,7 +111,18 @@ function onMessage(raw: unknown): void {
   }
 }
 
-if (process.send) {
+/** Loads isolated-vm before saying ready: a host that cannot run a reactor says why and exits. */
+function isolatedVmLoads(): boolean {
+  try {
+    loadIsolatedVm();
+    return true;
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n`, () => process.exit(EXIT_NO_ISOLATED_VM));
+    return false;
+  }
+}
+
+if (process.send && isolatedVmLoads()) {
   process.on('message', onMessage);
   // The main process is gone (or closed us): nothing left to serve.
   process.on('disconnect', () => {

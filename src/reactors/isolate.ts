@@ -5,7 +5,7 @@
  * An isolate that timed out, ran out of memory or failed in any way outside the user's own
  * try/catch is marked broken; the pool disposes it and never reuses it (DESIGN.md §8.7).
  */
-import ivm from 'isolated-vm';
+import { loadIsolatedVm, type CachedDataResult, type Context, type ExternalCopy, type IsolatedVm, type Isolate, type Reference, type Script } from './ivm.js';
 import {
   MAX_LOG_LINE_CHARS,
   MAX_LOG_LINES,
@@ -27,6 +27,12 @@ import { HARNESS_SOURCE, wrapModule } from './sandbox.js';
 const BACKSTOP_GRACE_MS = 100;
 const BACKSTOP: unique symbol = Symbol('backstop');
 
+let loaded: IsolatedVm | undefined;
+/** isolated-vm, loaded on first use (the host checks at start-up that it loads: host.ts). */
+function isolatedVm(): IsolatedVm {
+  return (loaded ??= loadIsolatedVm().ivm);
+}
+
 /** A problem with the reactor's code, found while building an isolate (reported at registration). */
 export class ReactorCodeError extends Error {
   override name = 'ReactorCodeError';
@@ -34,7 +40,7 @@ export class ReactorCodeError extends Error {
 
 export interface CompiledCode {
   /** V8 code cache from the first compile: later (cold) isolates skip parsing. */
-  cachedData?: ivm.ExternalCopy<ArrayBuffer>;
+  cachedData?: ExternalCopy;
 }
 
 function messageOf(err: unknown): string {
@@ -101,9 +107,9 @@ export class Sandbox {
   idleTimer: NodeJS.Timeout | undefined;
 
   private constructor(
-    private readonly isolate: ivm.Isolate,
-    private readonly context: ivm.Context,
-    private readonly runRef: ivm.Reference<(argsJson: string) => Promise<unknown>>,
+    private readonly isolate: Isolate,
+    private readonly context: Context,
+    private readonly runRef: Reference,
     readonly def: HostReactorDef,
   ) {}
 
@@ -113,25 +119,25 @@ export class Sandbox {
    * receives the code cache after the first successful compile.
    */
   static async create(def: HostReactorDef, compiled: CompiledCode, onCatastrophicError: (message: string) => void): Promise<Sandbox> {
-    const isolate = new ivm.Isolate({ memoryLimit: def.memory_limit_mb, onCatastrophicError });
+    const isolate = new (isolatedVm().Isolate)({ memoryLimit: def.memory_limit_mb, onCatastrophicError });
     try {
       const context = await isolate.createContext();
       const harness = await context.evalClosure(HARNESS_SOURCE, [JSON.stringify(def.configuration)], {
         timeout: def.timeout_ms,
         result: { reference: true },
       });
-      const runRef = (await harness.get('run', { reference: true })) as ivm.Reference<(argsJson: string) => Promise<unknown>>;
+      const runRef = (await harness.get('run', { reference: true })) as Reference;
       const exportTypeRef = await harness.get('exportType', { reference: true });
       harness.release();
 
-      let script: ivm.Script;
+      let script: Script;
       const filename = `file:///reactors/${encodeURIComponent(def.name)}.js`;
       try {
         if (compiled.cachedData) {
           script = await isolate.compileScript(wrapModule(def.code), { filename, cachedData: compiled.cachedData });
         } else {
           script = await isolate.compileScript(wrapModule(def.code), { filename, produceCachedData: true });
-          const produced = (script as ivm.Script & ivm.CachedDataResult).cachedData;
+          const produced = (script as Script & CachedDataResult).cachedData;
           if (produced) compiled.cachedData = produced;
         }
       } catch (err) {
@@ -202,17 +208,17 @@ function isTimeout(err: unknown): boolean {
   return messageOf(err).includes('Script execution timed out');
 }
 
-function isOutOfMemory(err: unknown, isolate: ivm.Isolate): boolean {
+function isOutOfMemory(err: unknown, isolate: Isolate): boolean {
   return isolate.isDisposed && /memory limit/i.test(messageOf(err));
 }
 
-function classifyRunError(err: unknown, isolate: ivm.Isolate): CallFailure {
+function classifyRunError(err: unknown, isolate: Isolate): CallFailure {
   if (isTimeout(err)) return { kind: 'timeout' };
   if (isOutOfMemory(err, isolate)) return { kind: 'out_of_memory' };
   return { kind: 'internal', message: messageOf(err).slice(0, 300) };
 }
 
-function classifyTopLevel(err: unknown, isolate: ivm.Isolate, def: HostReactorDef): string {
+function classifyTopLevel(err: unknown, isolate: Isolate, def: HostReactorDef): string {
   if (isTimeout(err)) return `top-level code did not finish within ${def.timeout_ms} ms`;
   if (isOutOfMemory(err, isolate)) return `top-level code exceeded the memory limit of ${def.memory_limit_mb} MB`;
   return `top-level code threw: ${messageOf(err)}`;

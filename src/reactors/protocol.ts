@@ -11,6 +11,8 @@
 export const MAX_PAYLOAD_BYTES = 5 * 1024 * 1024;
 /** Ours: the serialized return value of a reactor is held to the same 5 MB. */
 export const MAX_OUTPUT_BYTES = 5 * 1024 * 1024;
+/** The host's exit code when no isolated-vm build loads (EX_CONFIG of sysexits.h; see ivm.ts). */
+export const EXIT_NO_ISOLATED_VM = 78;
 /** Captured console output per call: at most this many lines, each cut to MAX_LOG_LINE_CHARS. */
 export const MAX_LOG_LINES = 100;
 export const MAX_LOG_LINE_CHARS = 2048;
