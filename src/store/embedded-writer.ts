@@ -189,7 +189,9 @@ function startWriter(dbPath: string): Worker {
   const bootstrap = `
     const entry = ${JSON.stringify(import.meta.url)}, tsx = ${JSON.stringify(tsx)};
     import(entry).catch(async (err) => {
-      if (err?.code !== 'ERR_UNKNOWN_FILE_EXTENSION' || tsx === null) throw err;
+      // Node 20 refuses .ts (ERR_UNKNOWN_FILE_EXTENSION); Node 22.18+/24 strip the types itself
+      // but cannot map our './x.js' imports to x.ts (ERR_MODULE_NOT_FOUND): tsx handles both.
+      if ((err?.code !== 'ERR_UNKNOWN_FILE_EXTENSION' && err?.code !== 'ERR_MODULE_NOT_FOUND') || tsx === null) throw err;
       (await import(tsx)).register();
       await import(entry + '?tsx');
     });`;
