@@ -6,7 +6,8 @@
  * on the main thread's connection (WAL). ':memory:' cannot be shared with a thread: there
  * EmbeddedStore runs writeExecutor in-thread, the same transactions.
  */
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
+import { Sqlite } from './sqlite.js';
 import { fileURLToPath } from 'node:url';
 import { isMainThread, parentPort, Worker, workerData, type MessagePort } from 'node:worker_threads';
 import type { WrappedDataKey } from './types.js';
@@ -55,7 +56,7 @@ export interface WriterReply {
 }
 
 export function sqliteCode(err: unknown): string | null {
-  return err instanceof Database.SqliteError ? err.code : null;
+  return err instanceof Sqlite.SqliteError ? err.code : null;
 }
 
 export function describeError(err: unknown): ErrorDescriptor {
@@ -74,7 +75,7 @@ export function writeError(d: ErrorDescriptor, cause?: unknown): Error {
 
 /** A connection with the settings every connection needs (they are per connection, except WAL). */
 export function openConnection(path: string): Database.Database {
-  const db = new Database(path);
+  const db = new Sqlite(path);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
   db.pragma('busy_timeout = 5000');

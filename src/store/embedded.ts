@@ -14,7 +14,7 @@
  * resolves only after the writer's COMMIT returned, so the next read sees it. A ':memory:'
  * database cannot be shared with another thread: there the same transactions run in this one.
  */
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import { closeSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Worker } from 'node:worker_threads';

@@ -5,7 +5,7 @@
  * Real SQLite files in a temp dir per test; the writer is killed through EmbeddedStore.writerThread().
  */
 import t, { type Test } from 'tap';
-import Database from 'better-sqlite3';
+import { Sqlite as Database } from '../../src/store/sqlite.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
