@@ -35,7 +35,8 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
 import { startForwarder, startHttpProxyForwarder } from './lib/forwarder.js';
-import { startLoadRunner, type LoadOptions, type LoadResult, type LoadRunner } from './lib/load.js';
+import type { LoadOptions, LoadResult, LoadRunner } from './lib/load.js';
+import { startBenchRunner } from './lib/wrk.js';
 import { findNginx, startNginx } from './lib/nginx.js';
 import { machine, num, ratio, table } from './lib/report.js';
 import { startUpstream, type Upstream, type UpstreamSample } from './lib/upstream.js';
@@ -411,11 +412,12 @@ async function main(): Promise<number> {
     }
 
     const live = rows.filter((r) => !r.skipped && !r.failed);
-    log(`load: POST ${SUFFIX} (tokenproxy: /proxy${SUFFIX}), ${CONNECTIONS} keep-alive connections, one request in flight each; load generator in a child process, upstream in another${nginxInfo.available ? ', nginx in its own' : ''}`);
+    log(`load: POST ${SUFFIX} (tokenproxy: /proxy${SUFFIX}), ${CONNECTIONS} keep-alive connections, one request in flight each; load generator in its own process, upstream in another${nginxInfo.available ? ', nginx in its own' : ''}`);
     log(`bodies: rows 1-5 an order without a card number (${PASS_BODY.length} B); tokenize row a card at /card and an SSN at /ssn (${TOKENIZE_BODY.length} B); the upstream answers ${UPSTREAM_BODY.length} B`);
     log(`each row: one discarded ${DISCARD_MS / 1000} s pass, then ${ROUNDS} interleaved rounds of ${WARMUP_MS} ms warm-up + ${DURATION_MS} ms; medians shown\n`);
 
-    const runner = await startLoadRunner('process');
+    const runner = await startBenchRunner({ install: !args['no-install'], log });
+    log(`load generator: ${runner.describe}`);
     cleanups.push(() => runner.close());
     for (const row of live) await measure(runner, upstream, row, DISCARD_MS, 0);
     for (const row of live) row.upstreamSample = undefined;

@@ -30,6 +30,7 @@ import { KeyRing } from '../src/crypto/keyring.js';
 import { createStore } from '../src/store/factory.js';
 import { startBareServer, type BareServer } from './lib/bare.js';
 import { runLoad, startLoadRunner, type LoadOptions, type LoadResult, type LoadRunner } from './lib/load.js';
+import { startBenchRunner } from './lib/wrk.js';
 import { startBenchRedis, type BenchRedis } from './lib/redis.js';
 import { machine, num, ratio, table } from './lib/report.js';
 import { BENCH_KEY, BENCH_TENANT, startBenchService, type BenchService } from './lib/service.js';
@@ -42,7 +43,8 @@ const { values: args } = parseArgs({
     connections: { type: 'string', default: '64' },
     'bulk-connections': { type: 'string', default: '16' },
     'crypto-ms': { type: 'string', default: '2000' },
-    load: { type: 'string', default: 'process' },
+    load: { type: 'string', default: 'wrk' },
+    'no-install': { type: 'boolean', default: false },
     'no-redis': { type: 'boolean', default: false },
   },
 });
@@ -52,9 +54,9 @@ const WARMUP_MS = Number(args.warmup);
 const SINGLE_CONNECTIONS = Number(args.connections);
 const BULK_CONNECTIONS = Number(args['bulk-connections']);
 const CRYPTO_MS = Number(args['crypto-ms']);
-const LOAD_MODES = ['process', 'worker', 'inline'] as const;
+const LOAD_MODES = ['wrk', 'process', 'worker', 'inline'] as const;
 const isLoadMode = (v: string): v is (typeof LOAD_MODES)[number] => (LOAD_MODES as readonly string[]).includes(v);
-if (!isLoadMode(args.load)) throw new Error('--load must be process, worker or inline');
+if (!isLoadMode(args.load)) throw new Error('--load must be wrk, process, worker or inline');
 const LOAD_MODE = args.load;
 const BULK_TARGET = 0.5;
 const SINGLE_TARGET = 0.3;
@@ -167,7 +169,8 @@ async function measure(runner: LoadRunner | null, opts: LoadOptions): Promise<Ro
   const wallUs = (performance.now() - t0) * 1000;
   const cpu = process.cpuUsage(cpu0);
   const cpuUs = cpu.user + cpu.system;
-  const own = runner?.kind === 'process';
+  // wrk and the Node child process keep the generator's CPU out of this process's figures.
+  const own = runner?.kind === 'process' || runner?.kind === 'wrk';
   return { ...r, srvCpuUsPerRequest: own ? cpuUs / (r.requests + r.warmupRequests) : NaN, srvCoreBusy: own ? cpuUs / wallUs : NaN };
 }
 
@@ -178,12 +181,13 @@ async function main(): Promise<number> {
   const env = machine();
   const load0 = loadavg()[0];
   const loadLabel = {
+    wrk: 'wrk (C, its own process; falls back to the Node child process when wrk cannot be had)',
     process: 'child process (own event loop; this process\'s CPU = the servers\')',
     worker: 'worker thread (own event loop, same process; no server CPU figure)',
     inline: 'in-thread (shares the servers\' event loop; no server CPU figure)',
   }[LOAD_MODE];
   console.log(`tokenize benchmark: node ${env.node}, ${env.cores} x ${env.cpu}, load average ${load0.toFixed(2)} at start`);
-  console.log(`load generator: undici keep-alive, ${loadLabel}`);
+  console.log(`load generator: ${loadLabel}`);
   console.log(`each row: ${ROUNDS} interleaved rounds of ${WARMUP_MS} ms warm-up + ${DURATION_MS} ms; medians shown, [min-max] of req/s beside`);
   console.log(`100-token body: ${BULK_CARDS} card definitions (with cvc) + ${BULK_STRINGS} strings, ${BULK_BODY.length} B; single-token body: one card definition, ${SINGLE_BODY.length} B\n`);
 
@@ -230,7 +234,10 @@ async function main(): Promise<number> {
     }
     rows.push({ name: `bare node:http, ${singleResponse} B body`, store: '-', tokensPerRequest: 0, opts: loadOpts(`${bare.url}/`, SINGLE_BODY, SINGLE_CONNECTIONS), rounds: [] });
 
-    const runner = LOAD_MODE === 'inline' ? null : await startLoadRunner(LOAD_MODE);
+    const runner = LOAD_MODE === 'inline' ? null
+      : LOAD_MODE === 'wrk' ? await startBenchRunner({ install: !args['no-install'], log: (l) => console.log(l) })
+      : await startLoadRunner(LOAD_MODE);
+    if (runner && 'describe' in runner) console.log(`load generator: ${runner.describe}`);
     if (runner) cleanups.unshift(() => runner.close());
     for (let round = 0; round < ROUNDS; round++) {
       cryptoSamples.push(crypto());

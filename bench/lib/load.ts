@@ -71,7 +71,7 @@ export interface LoadResult {
   /** Responses completed during the warm-up (not in the figures above). */
   warmupRequests: number;
   /** Where the load loop ran. */
-  mode: 'in-thread' | RunnerKind;
+  mode: 'in-thread' | RunnerKind | 'wrk';
 }
 
 const LOOPBACK = new Set(['127.0.0.1', 'localhost', '[::1]', '::1']);
@@ -206,7 +206,8 @@ export type RunnerKind = 'process' | 'worker';
 /** A load generator outside the calling thread: one child process or worker thread that runs
  * load jobs one after another (start it once, reuse it for every row of a benchmark). */
 export interface LoadRunner {
-  readonly kind: RunnerKind;
+  /** 'wrk' for the wrk runner of lib/wrk.ts, which has the same interface. */
+  readonly kind: RunnerKind | 'wrk';
   run(opts: LoadOptions): Promise<LoadResult>;
   close(): Promise<void>;
 }
