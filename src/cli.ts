@@ -79,9 +79,13 @@ async function start(config: LoadedConfig): Promise<number | null> {
   log.info({ url: service.url, store: config.store.kind, config: config.source }, 'tokenproxy listening');
   let stopping = false;
   const stop = (signal: string): void => {
-    if (stopping) return;
+    if (stopping) {
+      // A second signal: the operator does not want to wait for the drain.
+      log.warn({ signal }, 'second signal while draining: exiting at once');
+      process.exit(EXIT_FAILED);
+    }
     stopping = true;
-    log.info({ signal }, 'stopping');
+    log.info({ signal, grace_ms: config.server.shutdown_grace_ms }, 'stopping: draining requests in flight');
     service.close().then(
       () => process.exit(EXIT_OK),
       () => process.exit(EXIT_FAILED),

@@ -45,6 +45,7 @@ export const catalogue = {
   // service
   store_unavailable: { status: 503, title: 'The token store is unavailable' },
   internal_error: { status: 500, title: 'Internal error' },
+  shutting_down: { status: 503, title: 'The service is shutting down' },
 } as const satisfies Record<string, { status: number; title: string }>;
 
 export type ErrorCode = keyof typeof catalogue;

@@ -35,6 +35,11 @@ export interface RunningService {
   store: TokenStore;
   tokens: TokenService;
   log: Logger;
+  /**
+   * Graceful stop: /readyz answers 503 at once, the listener stops accepting, idle keep-alive
+   * connections are closed, requests in flight get `server.shutdown_grace_ms` to finish (then they
+   * are cut), and only then the reactor host, the store and its writer thread are stopped.
+   */
   close(): Promise<void>;
 }
 
@@ -79,8 +84,9 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       trustedPeer: createPeerTrust(config.server.trust_proxy),
     });
     cleanups.push(() => proxies.close());
+    let draining = false;
     const routes: Route[] = [
-      ...healthRoutes(store), ...tokenRoutes(tokens), ...managementRoutes(), ...reactorRoutes(runtime, tokens), ...proxyRoutes(proxies),
+      ...healthRoutes(store, () => draining), ...tokenRoutes(tokens), ...managementRoutes(), ...reactorRoutes(runtime, tokens), ...proxyRoutes(proxies),
     ];
     const pipelineOptions: PipelineOptions = {
       routes,
@@ -93,7 +99,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     };
     const server = createServer({ requestTimeout: config.server.request_timeout_ms, keepAliveTimeout: 65_000 }, createPipeline(pipelineOptions));
     server.on('upgrade', createUpgradeHandler(pipelineOptions, (ctx, socket, head) => proxies.upgrade(ctx, socket, head)));
-    cleanups.unshift(() => closeServer(server));
+    cleanups.unshift(() => drainServer(server, config.server.shutdown_grace_ms));
     const purge = setInterval(() => {
       store.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));
     }, CVC_PURGE_INTERVAL_MS);
@@ -108,6 +114,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     return {
       server, port, url: `http://${host}:${port}`, store, tokens, log,
       close: async () => {
+        draining = true;
         for (const c of cleanups) await c();
       },
     };
@@ -117,10 +124,22 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
   }
 }
 
-function closeServer(server: Server): Promise<void> {
+/** How often a draining server closes the keep-alive connections that have become idle. */
+const DRAIN_POLL_MS = 50;
+
+/**
+ * Stops accepting, then closes each keep-alive connection as soon as it is idle (its request
+ * answered) until none is left; whatever is still busy after `graceMs` is cut.
+ */
+function drainServer(server: Server, graceMs: number): Promise<void> {
   return new Promise((res) => {
-    server.close(() => res());
+    const poll = setInterval(() => server.closeIdleConnections(), DRAIN_POLL_MS);
+    const cut = setTimeout(() => server.closeAllConnections(), graceMs);
+    server.close(() => {
+      clearInterval(poll);
+      clearTimeout(cut);
+      res();
+    });
     server.closeIdleConnections();
-    setTimeout(() => server.closeAllConnections(), 2000).unref();
   });
 }

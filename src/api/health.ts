@@ -1,15 +1,19 @@
-/** GET /healthz (the process is alive) and GET /readyz (the token store answers; 503 when not). */
+/**
+ * GET /healthz (the process is alive) and GET /readyz (the token store answers; 503 when not, and
+ * 503 shutting_down from the moment a shutdown begins, so a load balancer stops sending traffic).
+ */
 import type { Route } from '../http/context.js';
 import { sendJson } from '../http/respond.js';
 import { ServiceError } from '../errors.js';
 import type { TokenStore } from '../store/types.js';
 
-export function healthRoutes(store: TokenStore): Route[] {
+export function healthRoutes(store: TokenStore, draining: () => boolean = () => false): Route[] {
   return [
     { method: 'GET', path: '/healthz', group: 'health', auth: 'none', handle: async (ctx) => sendJson(ctx.res, 200, { status: 'ok' }, ctx.headers) },
     {
       method: 'GET', path: '/readyz', group: 'health', auth: 'none',
       handle: async (ctx) => {
+        if (draining()) throw new ServiceError('shutting_down', { detail: 'The service is draining its requests before it stops' });
         try {
           await store.ping();
         } catch (err) {

@@ -142,6 +142,8 @@ export const configSchema = z.strictObject({
       /** CIDRs whose X-Forwarded-For is believed. */
       trust_proxy: z.array(z.string()).default([]),
       request_timeout_ms: z.number().int().min(1000).default(60_000),
+      /** On SIGTERM/SIGINT, requests in flight get this long to finish before they are cut. */
+      shutdown_grace_ms: z.number().int().min(0).max(600_000).default(10_000),
     })
     .prefault({}),
   store: z
