@@ -14,7 +14,8 @@ import { createStore } from '../../src/store/factory.js';
 import { KeyRing } from '../../src/crypto/keyring.js';
 import { StoreUnavailableError } from '../../src/store/types.js';
 
-const redis = await redisForFile(t);
+// killable: the last test kills and restarts the server.
+const redis = await redisForFile(t, { killable: true });
 if (redis) {
   let n = 0;
   const open = async (t: Test, keyPrefix = `${redis.prefix}${++n}:`): Promise<RedisStore> => {
