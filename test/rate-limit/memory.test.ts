@@ -3,9 +3,11 @@
  * the strictest-rule decision, counter scoping.
  */
 import t from 'tap';
-import { RateLimitService } from '../../src/rate-limit/limiter.js';
+import { ServiceError } from '../../src/errors.js';
+import { RateLimitService, type RateLimitDecision } from '../../src/rate-limit/limiter.js';
 import { ROUTE_GROUPS, type RuleName } from '../../src/rate-limit/rules.js';
-import { captureLog, expect429, memoryConfig, sleep, tenantWith, type Subject } from './fixtures.js';
+import { sleep } from '../helpers/wait.js';
+import { captureLog, expect429, memoryConfig, tenantWith, type Subject } from './fixtures.js';
 
 const { log } = captureLog();
 const service = () => {
@@ -13,6 +15,27 @@ const service = () => {
   t.teardown(() => s.close());
   return s;
 };
+
+/**
+ * Checks `s` every 20 ms until one is admitted (at most 10 s): the event the window and block tests
+ * wait for, instead of sleeping a fixed time and hoping the machine kept up. Returns the admitted
+ * decision, when that check started, and every 429 before it with when it started.
+ */
+async function untilAdmitted(limits: RateLimitService, s: Subject): Promise<{ decision: RateLimitDecision; at: number; rejected: Array<{ at: number; e: ServiceError }> }> {
+  const rejected: Array<{ at: number; e: ServiceError }> = [];
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const at = Date.now();
+    try {
+      return { decision: await limits.check(s), at, rejected };
+    } catch (e) {
+      if (!(e instanceof ServiceError) || e.code !== 'rate_limited') throw e;
+      rejected.push({ at, e });
+    }
+    if (Date.now() > deadline) throw new Error('still rate limited after 10 s');
+    await sleep(20);
+  }
+}
 
 /** A request each rule (but legacy_portal) applies to. */
 const SUBJECTS: Record<Exclude<RuleName, 'legacy_portal'>, Omit<Subject, 'tenant'> & { test?: boolean }> = {
@@ -45,24 +68,32 @@ t.test('every rule: N allowed, N+1 gets 429 naming the rule', async (t) => {
 
 t.test('legacy_portal is attached to no route', async (t) => {
   const limits = service();
+  // One point: if the rule applied to any route, that route's second check would be a 429, or at
+  // least its decision would name a limit of 1.
   const tenant = tenantWith({ legacy_portal: { points: 1, duration_seconds: 30 } });
+  let checks = 0;
   for (const route of ROUTE_GROUPS) {
     for (let i = 0; i < 3; i++) {
-      await limits.check({ tenant, route, clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private', legacy: true, proxyKeyId: 'p' });
+      const d = await limits.check({ tenant, route, clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private', legacy: true, proxyKeyId: 'p' });
+      t.not(d.headers['RateLimit-Limit'], '1', `${route} #${i + 1}: not decided by legacy_portal (${JSON.stringify(d.headers)})`);
+      checks++;
     }
   }
-  t.pass('never limited');
+  t.equal(checks, ROUTE_GROUPS.length * 3, 'every check on every route admitted');
 });
 
 t.test('throttle: 429 until the window admits again', async (t) => {
   const limits = service();
   const tenant = tenantWith({ private_key: { points: 3, duration_seconds: 1 } });
   const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'private' };
+  const windowOpened = Date.now();
   for (let i = 0; i < 3; i++) await limits.check(s);
   await expect429(t, limits.check(s), 3, 1);
   await expect429(t, limits.check(s), 3, 1, 'still throttled');
-  await sleep(1050);
-  t.same((await limits.check(s)).headers, { 'RateLimit-Limit': '3', 'RateLimit-Remaining': '2', 'RateLimit-Reset': '1' }, 'new window');
+  const { decision, at, rejected } = await untilAdmitted(limits, s);
+  t.ok(at - windowOpened >= 900, `admitted ${at - windowOpened} ms after the window opened: not before its 1 s ended`);
+  t.ok(rejected.every(({ e }) => e.headers?.['Retry-After'] === '1'), 'every check until then was a 429 with Retry-After 1');
+  t.same(decision.headers, { 'RateLimit-Limit': '3', 'RateLimit-Remaining': '2', 'RateLimit-Reset': '1' }, 'new window');
 });
 
 t.test('block: stays blocked for its duration after the window passed, then recovers', async (t) => {
@@ -71,31 +102,37 @@ t.test('block: stays blocked for its duration after the window passed, then reco
   const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'public' };
   await limits.check(s);
   await limits.check(s);
-  const started = Date.now();
+  const blockedAt = Date.now();
   await expect429(t, limits.check(s), 2, 2, 'blocked (1.5 s rounded up)');
-  await sleep(700); // the 0.5 s window is long gone
-  const e = await expect429(t, limits.check(s), 2, 1, 'still blocked after the window');
-  t.ok(e.headers);
-  await sleep(1550 - (Date.now() - started));
-  t.equal((await limits.check(s)).headers['RateLimit-Remaining'], '1', 'recovered after the block');
+  // Checks during a block do not extend it (rate-limiter-flexible blocks on the first overflow).
+  const { decision, at, rejected } = await untilAdmitted(limits, s);
+  const afterWindow = rejected.filter((r) => r.at - blockedAt >= 700);
+  t.ok(afterWindow.length > 0, `still blocked ${afterWindow.length ? afterWindow.at(-1)!.at - blockedAt : '?'} ms after the block began: the 0.5 s window is long gone`);
+  t.ok(afterWindow.every(({ e }) => ['1', '2'].includes(String(e.headers?.['Retry-After']))), 'Retry-After counts down what is left of the block');
+  t.ok(at - blockedAt >= 1400, `admitted ${at - blockedAt} ms after the block began: not before its 1.5 s ended`);
+  t.equal(decision.headers['RateLimit-Remaining'], '1', 'recovered after the block');
 });
 
 t.test('a custom throttle→block and block→throttle change the behaviour', async (t) => {
   const limits = service();
+  // The block lasts 30 s: "still blocked" holds however slow the machine is, while the 0.3 s window
+  // of both rules has long passed by the time the throttle rule admits again.
   const tenant = tenantWith({
-    private_key: { points: 1, duration_seconds: 0.3, mitigation: 'block', block_seconds: 1 },
+    private_key: { points: 1, duration_seconds: 0.3, mitigation: 'block', block_seconds: 30 },
     public_key: { points: 1, duration_seconds: 0.3, mitigation: 'throttle' },
   });
   const priv: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'a', keyKind: 'private' };
   const pub: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'b', keyKind: 'public' };
+  const opened = Date.now();
   await limits.check(priv);
   await limits.check(pub);
   await expect429(t, limits.check(priv), 1);
   await expect429(t, limits.check(pub), 1);
-  await sleep(400);
-  await expect429(t, limits.check(priv), 1, 1, 'block rule still blocked');
-  await limits.check(pub);
-  t.pass('throttle rule admits in its next window');
+  const admitted = await untilAdmitted(limits, pub);
+  t.ok(admitted.at - opened >= 250, `throttle rule admits in its next window (${admitted.at - opened} ms)`);
+  t.same(admitted.decision.headers, { 'RateLimit-Limit': '1', 'RateLimit-Remaining': '0', 'RateLimit-Reset': '1' }, 'a fresh window of one point');
+  const e = await expect429(t, limits.check(priv), 1, undefined, 'block rule still blocked after its window');
+  t.ok(Number(e.headers?.['Retry-After']) > 20, `Retry-After ${e.headers?.['Retry-After']} s: the 30 s block, not the 0.3 s window`);
 });
 
 t.test('every matching rule counts; the strictest decides', async (t) => {
@@ -142,15 +179,15 @@ t.test('counter scoping', async (t) => {
   await expect429(t, limits.check(legacy('y', '198.51.100.1')), 1, undefined, 'legacy rules count by ip across keys');
 
   const other = tenantWith({ private_key: { points: 1, duration_seconds: 30 } });
-  await limits.check({ ...priv('a'), tenant: other });
-  t.pass('another tenant with the same key id counts apart');
+  const apart = await limits.check({ ...priv('a'), tenant: other });
+  t.same(apart.headers, { 'RateLimit-Limit': '1', 'RateLimit-Remaining': '0', 'RateLimit-Reset': '30' }, 'another tenant with the same key id counts apart (its first point)');
 });
 
 t.test('a rule without its counter identity does not count', async (t) => {
   const limits = service();
   const tenant = tenantWith({ proxy_endpoint: { points: 1, duration_seconds: 30 }, private_key: { points: 1, duration_seconds: 30 } });
   for (let i = 0; i < 3; i++) t.same((await limits.check({ tenant, route: 'proxy', clientIp: '192.0.2.1' })).headers, {});
-  for (let i = 0; i < 3; i++) await limits.check({ tenant, route: 'tokens.read', clientIp: '192.0.2.1', keyKind: 'private' });
+  for (let i = 0; i < 3; i++) t.same((await limits.check({ tenant, route: 'tokens.read', clientIp: '192.0.2.1', keyKind: 'private' })).headers, {}, 'no key id: private_key does not count');
 });
 
 t.test('health is never limited; disabled is a no-op', async (t) => {

@@ -5,10 +5,24 @@
  */
 import t from 'tap';
 import { ReactorRuntime } from '../../src/reactors/runtime.js';
+import { sleep } from '../helpers/wait.js';
 import { captureLog, fastHostExecArgv, reactor, serviceError } from './helpers.js';
 
+/**
+ * Extra isolates idle this long are disposed. Long enough that the moment between two bursts of
+ * the idle test never reaches it on a loaded machine (it was 300 ms: a slow moment between the
+ * bursts disposed the extras and failed "the same four serve").
+ */
+const IDLE_MS = 1500;
+/**
+ * How long a call of a concurrency test spins: far longer than a cold start of an isolate even on
+ * a loaded machine, so the calls of a burst really overlap (with 30 or 200 ms the warm isolate
+ * could finish first and serve a waiting call before an extra one was built).
+ */
+const OVERLAP_MS = 1000;
+
 const cap = captureLog();
-const runtime = await ReactorRuntime.start({ log: cap.log, idleMs: 300, execArgv: fastHostExecArgv() });
+const runtime = await ReactorRuntime.start({ log: cap.log, idleMs: IDLE_MS, execArgv: fastHostExecArgv() });
 t.teardown(() => runtime.close());
 
 /** Each isolate has its own id (set by top-level code); calls spin for `args.ms`. */
@@ -48,7 +62,7 @@ t.test('8 concurrent calls with warm_concurrency 1 all succeed, as 8 sequential 
   const inputs = Array.from({ length: 8 }, (_, i) => `payment-${i}-${'x'.repeat(i * 100)}`);
   const sequential: Out[] = [];
   for (const input of inputs) sequential.push(await call('c/default', { input, ms: 30 }));
-  const concurrent = await Promise.all(inputs.map((input) => call('c/default', { input, ms: 30 })));
+  const concurrent = await Promise.all(inputs.map((input) => call('c/default', { input, ms: OVERLAP_MS })));
   t.same(
     concurrent.map((o) => o.raw),
     sequential.map((o) => o.raw),
@@ -82,15 +96,18 @@ t.test('a full queue answers reactor_busy (503, Retry-After)', async (t) => {
 
 t.test('extra isolates are reused while warm and disposed when idle; the warm one stays', async (t) => {
   const burst = async (): Promise<Set<string>> =>
-    new Set((await Promise.all([0, 1, 2, 3].map((i) => call('c/idle', { input: String(i), ms: 200 })))).map((o) => o.isolateId));
+    new Set((await Promise.all([0, 1, 2, 3].map((i) => call('c/idle', { input: String(i), ms: OVERLAP_MS })))).map((o) => o.isolateId));
   const first = await burst();
   t.equal(first.size, 4, 'one warm + three cold-started isolates');
   const again = await burst();
   t.same([...again].sort(), [...first].sort(), 'immediately after, the same four serve');
-  await new Promise((r) => setTimeout(r, 900));
+  // The event waited for is the extras' idle time passing in the host: their disposal timers are
+  // then due before the next burst reaches it (1 s of slack on top).
+  await sleep(IDLE_MS + 1000);
   const later = await burst();
   const kept = [...later].filter((id) => first.has(id));
   t.equal(kept.length, 1, 'after the idle time only the warm isolate is left');
+  t.equal(later.size, 4, 'and three new extras were cold-started for the burst');
 });
 
 t.test('a user error keeps the isolate; a timeout replaces it', async (t) => {

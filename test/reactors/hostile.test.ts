@@ -16,26 +16,39 @@ const cap = captureLog();
 const runtime = await ReactorRuntime.start({ log: cap.log, restartWaitMs: 10_000, execArgv: fastHostExecArgv() });
 t.teardown(() => runtime.close());
 
-const MEMORY = ['reactor_out_of_memory', 'reactor_unavailable', 'reactor_runtime_error'];
+/**
+ * What each bomb must end in, by the README's error table: a timeout is 504 reactor_timeout, an
+ * uncaught error (a refused allocation, a stack overflow) 500 reactor_runtime_error, a result over
+ * 5 MB 500 reactor_invalid_output.
+ *
+ * Heap growth ends in one of two documented answers, and which one is isolated-vm's choice, not
+ * the bomb's: 500 reactor_out_of_memory, or 503 reactor_unavailable when the catastrophic path
+ * takes the host down. Runs of this suite saw set-growth end both ways with the same code and
+ * limits (reported, not pinned). These bombs get the longest timeout (30 s), so a timeout never
+ * decides for them: with 500 ms, GC near the limit made set-growth, array-1e8-fill and array-push
+ * answer 504 now and then, which the test did not accept (a flake).
+ */
+const TIMEOUT = { reactor_timeout: 504 };
+const THROWN = { reactor_runtime_error: 500 };
+const HEAP = { reactor_out_of_memory: 500, reactor_unavailable: 503 };
 
-/** [name, body, error codes that count as "stopped"] */
-const bombs: Array<[string, string, string[]]> = [
-  ['while-true', 'while (true) {}', ['reactor_timeout']],
-  ['async-loop', 'for (;;) { await null; }', ['reactor_timeout']],
-  ['object-properties', 'const o = {}; for (let i = 0; ; i++) o["k" + i] = i;', MEMORY],
-  ['map-growth', 'const m = new Map(); for (let i = 0; ; i++) m.set("k" + i, i);', MEMORY],
-  ['set-growth', 'const s = new Set(); for (let i = 0; ; i++) s.add(i);', MEMORY],
-  // isolated-vm 6 (Node 22/24's V8) keeps a 1e8 array in dictionary mode and fill() runs into the
-  // 500 ms timeout before the memory limit; 5.0.4 (Node 20) hits the memory limit first.
-  ['array-1e8-fill', 'const a = new Array(1e8); a.fill(0); return a.length;', [...MEMORY, 'reactor_timeout']],
-  ['array-1e8-returned', 'return { raw: new Array(1e8) };', [...MEMORY, 'reactor_invalid_output', 'reactor_timeout']],
-  ['array-push', 'const a = []; for (;;) a.push({ x: a.length });', MEMORY],
-  ['string-doubling', 'let s = "x"; for (;;) s += s;', MEMORY],
-  ['arraybuffer-1gb', 'return new ArrayBuffer(1024 * 1024 * 1024).byteLength;', MEMORY],
-  ['typed-array-2gb', 'return new Uint8Array(2 ** 31).length;', MEMORY],
-  ['deep-recursion', 'const f = (n) => f(n + 1) + 1; return f(0);', ['reactor_runtime_error']],
-  ['output-over-5mb', 'return "x".repeat(6 * 1024 * 1024);', ['reactor_invalid_output', ...MEMORY]],
-  ['never-settles', 'await new Promise(() => {});', ['reactor_timeout']],
+/** [name, body, the codes (with their README status) that count as "stopped"] */
+const bombs: Array<[string, string, Record<string, number>]> = [
+  ['while-true', 'while (true) {}', TIMEOUT],
+  ['async-loop', 'for (;;) { await null; }', TIMEOUT],
+  ['object-properties', 'const o = {}; for (let i = 0; ; i++) o["k" + i] = i;', HEAP],
+  ['map-growth', 'const m = new Map(); for (let i = 0; ; i++) m.set("k" + i, i);', HEAP],
+  ['set-growth', 'const s = new Set(); for (let i = 0; ; i++) s.add(i);', HEAP],
+  ['array-1e8-fill', 'const a = new Array(1e8); a.fill(0); return a.length;', HEAP],
+  ['array-1e8-returned', 'return { raw: new Array(1e8) };', HEAP],
+  ['array-push', 'const a = []; for (;;) a.push({ x: a.length });', HEAP],
+  // Allocations V8 refuses outright (RangeError) and a stack overflow: thrown, catchable errors.
+  ['string-doubling', 'let s = "x"; for (;;) s += s;', THROWN],
+  ['arraybuffer-1gb', 'return new ArrayBuffer(1024 * 1024 * 1024).byteLength;', THROWN],
+  ['typed-array-2gb', 'return new Uint8Array(2 ** 31).length;', THROWN],
+  ['deep-recursion', 'const f = (n) => f(n + 1) + 1; return f(0);', THROWN],
+  ['output-over-5mb', 'return "x".repeat(6 * 1024 * 1024);', { reactor_invalid_output: 500 }],
+  ['never-settles', 'await new Promise(() => {});', TIMEOUT],
 ];
 
 /** Escapes: each must throw inside the sandbox (a 500 for its own call), never reach the host. */
@@ -65,7 +78,7 @@ const escapes: Array<[string, string]> = [
 t.before(() =>
   runtime.register([
     reactor('h/normal', fn('return { raw: { double: req.args.n * 2 } };')),
-    ...bombs.map(([name, body]) => reactor(`h/${name}`, fn(body), { timeout_ms: 500, memory_limit_mb: 16 })),
+    ...bombs.map(([name, body, codes]) => reactor(`h/${name}`, fn(body), { timeout_ms: codes === HEAP ? 30_000 : 500, memory_limit_mb: 16 })),
     ...escapes.map(([name, body]) => reactor(`h/escape-${name}`, fn(body), { timeout_ms: 1000 })),
   ]),
 );
@@ -106,8 +119,8 @@ t.test('bombs end in an error for their own call; the runtime keeps serving', as
     const started = performance.now();
     const err = await serviceError(runtime.invoke(`h/${name}`, { args: null }));
     const took = Math.round(performance.now() - started);
-    t.ok(codes.includes(err.code), `${name}: ${err.code} (${err.status}) after ${took} ms`);
-    t.ok(err.status >= 500, `${name}: a 5xx`);
+    t.ok(err.code in codes, `${name}: ${err.code} (${err.status}) after ${took} ms, one of ${Object.keys(codes).join(', ')}`);
+    t.equal(err.status, codes[err.code], `${name}: the README's status for ${err.code}`);
     // Right after: a normal call is served (after a host restart when the bomb took it down).
     t.same(await runtime.invoke('h/normal', { args: { n: 21 } }), { raw: { double: 42 } }, `${name}: normal call served`);
     const tally = await client.stop();

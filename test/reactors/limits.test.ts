@@ -34,7 +34,11 @@ module.exports = async function (req) {
   }
   return { calls };
 };`,
-    { timeout_ms: 200, max_concurrency: 1 },
+    // A memory limit far above what 200 ms of any loop can use: the endless promise chains grow the
+    // heap, and with 16 MB about half the 'microtasks' calls ran out of memory before the timeout
+    // (500 reactor_out_of_memory instead of 504). This test is about the timeout; memory bombs are
+    // in hostile.test.ts.
+    { timeout_ms: 200, max_concurrency: 1, memory_limit_mb: 512 },
   ),
 ]));
 
@@ -73,22 +77,17 @@ t.test('output: 5 MB accepted, 5 MB + 1 byte refused', async (t) => {
 t.test('a 200 ms timeout stops every kind of endless call, and the isolate is replaced', async (t) => {
   const before = (await runtime.invoke('l/loops', { args: { mode: 'none' } })) as { calls: number };
   t.equal(before.calls, 1);
-  // A promise resolved with a promise, for ever, also grows the heap: whichever limit comes first.
-  const cases: Array<[string, string[]]> = [
-    ['sync', ['reactor_timeout']],
-    ['async', ['reactor_timeout']],
-    ['then-chain', ['reactor_timeout']],
-    ['never', ['reactor_timeout']],
-    ['microtasks', ['reactor_timeout', 'reactor_out_of_memory']],
-  ];
-  for (const [mode, codes] of cases) {
+  for (const mode of ['sync', 'async', 'then-chain', 'never', 'microtasks']) {
     const started = performance.now();
     const err = await serviceError(runtime.invoke('l/loops', { args: { mode } }));
     const took = performance.now() - started;
-    t.ok(codes.includes(err.code), `${mode}: ${err.code}`);
-    t.ok(err.status >= 500);
-    const early = err.code === 'reactor_timeout' ? took >= 190 : true; // memory can run out first
-    t.ok(early && took < 1500, `${mode}: stopped after ${Math.round(took)} ms`);
+    // README: a timeout is 504 reactor_timeout.
+    t.match(err, { code: 'reactor_timeout', status: 504 }, `${mode}: 504 reactor_timeout`);
+    // Not before the 200 ms (the host starts its clock after the call left this process). The upper
+    // bound is generous for a loaded machine; that the isolate's own 200 ms timeout ended the call
+    // is what the code says (the main process's deadline for a stuck host, 2 × 200 + 2000 ms,
+    // would answer 503 reactor_unavailable instead).
+    t.ok(took >= 190 && took < 5000, `${mode}: stopped after ${Math.round(took)} ms`);
     const after = (await runtime.invoke('l/loops', { args: { mode: 'none' } })) as { calls: number };
     t.equal(after.calls, 1, `${mode}: the next call ran in a fresh isolate`);
   }
