@@ -4,6 +4,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { ServiceError } from '../errors.js';
+import { LARGE_JSON_BYTES, LargeJsonBody } from './large-json.js';
 
 export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = req.headers['content-length'];
@@ -74,13 +75,20 @@ export function jsonDepthExceeds(buf: Buffer, maxDepth: number): boolean {
   return false;
 }
 
-/** Reads and parses a JSON body; `accept` lists the media types allowed (415 otherwise). */
-export async function readJson(req: IncomingMessage, limit: number, maxDepth: number, accept: (type: string) => boolean = isJsonType): Promise<unknown> {
+/**
+ * Reads and parses a JSON body; `accept` lists the media types allowed (415 otherwise). With
+ * `offThread`, a body over LARGE_JSON_BYTES is parsed and walked in the JSON worker and comes back
+ * as a LargeJsonBody (for the tokenize routes, whose walk and answer accept it).
+ */
+export async function readJson(
+  req: IncomingMessage, limit: number, maxDepth: number, accept: (type: string) => boolean = isJsonType, offThread = false,
+): Promise<unknown> {
   const type = mediaType(req);
   if (!accept(type)) {
     throw new ServiceError('unsupported_media_type', { detail: `Content-Type ${type || '(none)'} is not accepted here` });
   }
   const buf = await readBody(req, limit);
+  if (offThread && buf.length > LARGE_JSON_BYTES) return LargeJsonBody.parse(buf, maxDepth, Date.now());
   if (jsonDepthExceeds(buf, maxDepth)) {
     throw new ServiceError('nesting_too_deep', { detail: `The body may be nested at most ${maxDepth} levels deep` });
   }

@@ -35,6 +35,12 @@ export interface PipelineOptions {
 
 const TRACE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
+/**
+ * Routes whose large JSON bodies are parsed, walked and answered in the JSON worker
+ * (large-json.ts): their handlers only hand the body to the vault's tokenize walk.
+ */
+const OFF_THREAD_GROUPS: ReadonlySet<string> = new Set(['tokenize', 'tokens.create']);
+
 export function createPipeline(opts: PipelineOptions): (req: IncomingMessage, res: ServerResponse) => void {
   const router = new Router(opts.routes);
   return (req, res) => {
@@ -60,6 +66,7 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
     const match = router.match(req.method ?? 'GET', url.pathname);
     route = match.route;
     routePath = route.path;
+    const offThread = OFF_THREAD_GROUPS.has(route.group);
     ctx = {
       req, res, url, requestId, headers,
       get log() {
@@ -68,7 +75,7 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
       clientIp: opts.clientIp(req.socket.remoteAddress ?? '', headerValue(req.headers['x-forwarded-for'])),
       params: match.params,
       rest: match.rest,
-      readJson: (accept) => readJson(req, opts.bodyLimit, opts.maxDepth, accept),
+      readJson: (accept) => readJson(req, opts.bodyLimit, opts.maxDepth, accept, offThread),
     };
     if (route.auth === 'api') authenticate(opts, ctx, route);
     else if (route.auth === 'proxy') authenticateProxy(opts, ctx);
