@@ -13,10 +13,12 @@ const LEAF_CAP = 100;
 
 export type WorkerTask =
   | { id: number; op: 'plan'; bytes: Uint8Array; maxDepth: number; now: number }
-  | { id: number; op: 'render'; bytes: Uint8Array; results: unknown[] };
+  | { id: number; op: 'render'; bytes: Uint8Array; results: unknown[] }
+  | { id: number; op: 'value'; bytes: Uint8Array; maxDepth: number; maxValues: number };
 
 export type WorkerAnswer =
   | { id: number; ok: true; summary: WalkSummary }
+  | { id: number; ok: true; value: unknown }
   | { id: number; ok: true; json: Uint8Array }
   | { id: number; ok: false; error: { code: ServiceError['code']; detail?: string | undefined; errors?: ServiceError['errors'] } | null };
 
@@ -32,7 +34,30 @@ function parse(bytes: Uint8Array, maxDepth: number | null): unknown {
   }
 }
 
+/** Whether the parsed value holds more than `max` JSON values (objects, arrays and scalars). */
+function moreValuesThan(root: unknown, max: number): boolean {
+  let count = 0;
+  const stack: unknown[] = [root];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    if (++count > max) return true;
+    if (typeof v === 'object' && v !== null) {
+      const children = Array.isArray(v) ? v : Object.values(v);
+      if (count + stack.length + children.length > max) return true;
+      for (const c of children) stack.push(c);
+    }
+  }
+  return false;
+}
+
 function run(task: WorkerTask): WorkerAnswer {
+  if (task.op === 'value') {
+    const value = parse(task.bytes, task.maxDepth);
+    if (moreValuesThan(value, task.maxValues)) {
+      throw new ServiceError('validation_failed', { detail: `This route takes bodies of at most ${task.maxValues} JSON values` });
+    }
+    return { id: task.id, ok: true, value };
+  }
   if (task.op === 'plan') {
     const body = parse(task.bytes, task.maxDepth);
     return { id: task.id, ok: true, summary: summarizeTokenize(body, { maxDepth: task.maxDepth, cap: LEAF_CAP, now: task.now }) };

@@ -73,6 +73,20 @@ function rethrow(answer: Extract<WorkerAnswer, { ok: false }>): never {
   throw new ServiceError(answer.error.code, { detail: answer.error.detail, errors: answer.error.errors });
 }
 
+/**
+ * Routes other than tokenize take small bodies (a search, a PATCH): a large one is parsed in the
+ * worker too, and handed over only when it is small in values (copying a parsed value back costs
+ * the event loop about what parsing it would). More values than this is 400 validation_failed.
+ */
+export const MAX_SMALL_BODY_VALUES = 10_000;
+
+export async function parseElsewhere(bytes: Buffer, maxDepth: number): Promise<unknown> {
+  const answer = await shared.run({ op: 'value', bytes, maxDepth, maxValues: MAX_SMALL_BODY_VALUES });
+  if (!answer.ok) rethrow(answer);
+  if (!('value' in answer)) throw new Error('the JSON worker answered out of turn');
+  return answer.value;
+}
+
 /** A body parsed and walked in the worker; planTokenize and assemble (vault/walk.ts) accept it. */
 export class LargeJsonBody extends PreplannedBody {
   private constructor(

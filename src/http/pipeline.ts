@@ -10,7 +10,7 @@ import { holds } from '../auth/access.js';
 import type { KeyIndex } from '../auth/keys.js';
 import { ServiceError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { readJson } from './body.js';
+import { readJson, type LargeBodyMode } from './body.js';
 import type { Context, Route } from './context.js';
 import { answerEarly, type LingerOptions } from './linger.js';
 import { sendProblem, sendSocketProblem } from './respond.js';
@@ -36,10 +36,15 @@ export interface PipelineOptions {
 const TRACE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /**
- * Routes whose large JSON bodies are parsed, walked and answered in the JSON worker
- * (large-json.ts): their handlers only hand the body to the vault's tokenize walk.
+ * How each route group's large JSON bodies are parsed (body.ts, large-json.ts): the tokenize
+ * routes hand the body only to the vault's walk, so it is walked and answered in the JSON worker;
+ * reactors need the whole `args` value; every other route takes small bodies.
  */
-const OFF_THREAD_GROUPS: ReadonlySet<string> = new Set(['tokenize', 'tokens.create']);
+function largeBodyMode(group: string): LargeBodyMode {
+  if (group === 'tokenize' || group === 'tokens.create') return 'walked';
+  if (group === 'reactor') return 'here';
+  return 'small';
+}
 
 export function createPipeline(opts: PipelineOptions): (req: IncomingMessage, res: ServerResponse) => void {
   const router = new Router(opts.routes);
@@ -66,7 +71,7 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
     const match = router.match(req.method ?? 'GET', url.pathname);
     route = match.route;
     routePath = route.path;
-    const offThread = OFF_THREAD_GROUPS.has(route.group);
+    const large = largeBodyMode(route.group);
     ctx = {
       req, res, url, requestId, headers,
       get log() {
@@ -75,7 +80,7 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
       clientIp: opts.clientIp(req.socket.remoteAddress ?? '', headerValue(req.headers['x-forwarded-for'])),
       params: match.params,
       rest: match.rest,
-      readJson: (accept) => readJson(req, opts.bodyLimit, opts.maxDepth, accept, offThread),
+      readJson: (accept) => readJson(req, opts.bodyLimit, opts.maxDepth, accept, large),
     };
     if (route.auth === 'api') authenticate(opts, ctx, route);
     else if (route.auth === 'proxy') authenticateProxy(opts, ctx);
