@@ -14,11 +14,13 @@ const LEAF_CAP = 100;
 export type WorkerTask =
   | { id: number; op: 'plan'; bytes: Uint8Array; maxDepth: number; now: number }
   | { id: number; op: 'render'; bytes: Uint8Array; results: unknown[] }
-  | { id: number; op: 'value'; bytes: Uint8Array; maxDepth: number; maxValues: number };
+  | { id: number; op: 'value'; bytes: Uint8Array; maxDepth: number; maxValues: number }
+  | { id: number; op: 'args'; bytes: Uint8Array; maxDepth: number };
 
 export type WorkerAnswer =
   | { id: number; ok: true; summary: WalkSummary }
   | { id: number; ok: true; value: unknown }
+  | { id: number; ok: true; argsJson: string }
   | { id: number; ok: true; json: Uint8Array }
   | { id: number; ok: false; error: { code: ServiceError['code']; detail?: string | undefined; errors?: ServiceError['errors'] } | null };
 
@@ -51,6 +53,14 @@ function moreValuesThan(root: unknown, max: number): boolean {
 }
 
 function run(task: WorkerTask): WorkerAnswer {
+  if (task.op === 'args') {
+    // POST /reactors/{id}/react: the same check as src/api/reactors.ts, then only `args` as text.
+    const body = parse(task.bytes, task.maxDepth);
+    if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+      throw new ServiceError('validation_failed', { detail: 'The body must be an object: {"args": …}' });
+    }
+    return { id: task.id, ok: true, argsJson: JSON.stringify((body as { args?: unknown }).args) ?? '' };
+  }
   if (task.op === 'value') {
     const value = parse(task.bytes, task.maxDepth);
     if (moreValuesThan(value, task.maxValues)) {

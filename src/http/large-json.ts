@@ -87,6 +87,18 @@ export async function parseElsewhere(bytes: Buffer, maxDepth: number): Promise<u
   return answer.value;
 }
 
+/** The `args` of a large reactor body, as compact JSON text made in the worker (runtime.invoke takes it as is). */
+export class ReactorArgsJson {
+  constructor(readonly argsJson: string) {}
+
+  static async parse(bytes: Buffer, maxDepth: number): Promise<ReactorArgsJson> {
+    const answer = await shared.run({ op: 'args', bytes, maxDepth });
+    if (!answer.ok) rethrow(answer);
+    if (!('argsJson' in answer)) throw new Error('the JSON worker answered out of turn');
+    return new ReactorArgsJson(answer.argsJson);
+  }
+}
+
 /** A body parsed and walked in the worker; planTokenize and assemble (vault/walk.ts) accept it. */
 export class LargeJsonBody extends PreplannedBody {
   private constructor(

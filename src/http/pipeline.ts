@@ -38,11 +38,11 @@ const TRACE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 /**
  * How each route group's large JSON bodies are parsed (body.ts, large-json.ts): the tokenize
  * routes hand the body only to the vault's walk, so it is walked and answered in the JSON worker;
- * reactors need the whole `args` value; every other route takes small bodies.
+ * reactors pass `args` on to the reactor host as JSON text; every other route takes small bodies.
  */
 function largeBodyMode(group: string): LargeBodyMode {
   if (group === 'tokenize' || group === 'tokens.create') return 'walked';
-  if (group === 'reactor') return 'here';
+  if (group === 'reactor') return 'args';
   return 'small';
 }
 
