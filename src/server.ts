@@ -15,6 +15,7 @@ import type { LoadedConfig } from './config/load.js';
 import { KeyRing } from './crypto/keyring.js';
 import { loadMasterKey } from './crypto/master-key.js';
 import { createClientIp, createPeerTrust } from './http/client-ip.js';
+import { closeSilentConnections } from './http/connections.js';
 import type { Route } from './http/context.js';
 import { createPipeline, createUpgradeHandler, type PipelineOptions } from './http/pipeline.js';
 import { createLogger, type Logger } from './log.js';
@@ -96,8 +97,17 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       maxDepth: config.server.max_depth,
       clientIp: createClientIp(config.server.trust_proxy),
       rateLimits: createRateLimitStage(limits),
+      linger: {
+        timeMs: config.server.lingering_time_ms,
+        maxBytes: config.server.lingering_max_bytes ?? 2 * config.server.body_limit_bytes,
+      },
     };
-    const server = createServer({ requestTimeout: config.server.request_timeout_ms, keepAliveTimeout: 65_000 }, createPipeline(pipelineOptions));
+    const server = createServer({
+      requestTimeout: config.server.request_timeout_ms,
+      headersTimeout: config.server.request_header_timeout_ms,
+      keepAliveTimeout: 65_000,
+    }, createPipeline(pipelineOptions));
+    closeSilentConnections(server, config.server.request_header_timeout_ms);
     server.on('upgrade', createUpgradeHandler(pipelineOptions, (ctx, socket, head) => proxies.upgrade(ctx, socket, head)));
     cleanups.unshift(() => drainServer(server, config.server.shutdown_grace_ms));
     const purge = setInterval(() => {

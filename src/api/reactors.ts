@@ -6,6 +6,7 @@
 import type { TenantConfig } from '../config/schema.js';
 import { ServiceError } from '../errors.js';
 import type { Route } from '../http/context.js';
+import { ReactorArgsJson } from '../http/large-json.js';
 import { sendJson } from '../http/respond.js';
 import type { ReactorDefinition, ReactorRuntime } from '../reactors/runtime.js';
 import type { TokenService } from '../vault/service.js';
@@ -50,8 +51,14 @@ export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenServi
           throw new ServiceError('not_found', { detail: 'No reactor with this id' });
         }
         const body = await ctx.readJson();
-        if (!isObject(body)) throw new ServiceError('validation_failed', { detail: 'The body must be an object: {"args": …}' });
-        const result = await runtime.invoke(reactorKey(p.tenant.id, ctx.params.id!), { args: body.args }, { log: ctx.log });
+        const key = reactorKey(p.tenant.id, ctx.params.id!);
+        let result: unknown;
+        // A large body was checked and its args serialized in the JSON worker (src/http/large-json.ts).
+        if (body instanceof ReactorArgsJson) result = await runtime.invoke(key, { argsJson: body.argsJson }, { log: ctx.log });
+        else {
+          if (!isObject(body)) throw new ServiceError('validation_failed', { detail: 'The body must be an object: {"args": …}' });
+          result = await runtime.invoke(key, { args: body.args }, { log: ctx.log });
+        }
         if (result !== undefined && !isObject(result)) {
           throw new ServiceError('reactor_invalid_output', { detail: 'A reactor must return an object {raw?, tokenize?}' });
         }

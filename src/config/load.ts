@@ -100,6 +100,9 @@ function checkReferences(cfg: Config): string[] {
   cfg.server.trust_proxy.forEach((c, i) => {
     if (!parseCidr(c)) problems.push(`server.trust_proxy[${i}]: not an IP address or CIDR`);
   });
+  if (cfg.server.request_header_timeout_ms > cfg.server.request_timeout_ms) {
+    problems.push('server.request_header_timeout_ms: must not be above server.request_timeout_ms');
+  }
   if (cfg.rate_limits.enabled && cfg.rate_limits.store === 'redis' && !cfg.rate_limits.url) {
     problems.push('rate_limits.url: required when rate_limits.store is redis');
   }

@@ -144,6 +144,19 @@ export const configSchema = z.strictObject({
       request_timeout_ms: z.number().int().min(1000).default(60_000),
       /** On SIGTERM/SIGINT, requests in flight get this long to finish before they are cut. */
       shutdown_grace_ms: z.number().int().min(0).max(600_000).default(10_000),
+      /**
+       * A new connection must send its first request's headers within this time, or it is closed
+       * (nginx's client_header_timeout); idle keep-alive connections keep their own timeout.
+       */
+      request_header_timeout_ms: z.number().int().min(100).default(30_000),
+      /**
+       * After an early answer (413, 429, 401/403/415 before the body was read), the rest of the
+       * body is read and discarded for at most this long before the connection is closed, so the
+       * client reads the answer instead of a reset (nginx's lingering_time).
+       */
+      lingering_time_ms: z.number().int().min(0).max(60_000).default(5_000),
+      /** The same bound in bytes discarded; default (when absent) twice body_limit_bytes. */
+      lingering_max_bytes: z.number().int().min(0).optional(),
     })
     .prefault({}),
   store: z

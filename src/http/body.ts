@@ -4,6 +4,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { ServiceError } from '../errors.js';
+import { LARGE_JSON_BYTES, LargeJsonBody, parseElsewhere, ReactorArgsJson } from './large-json.js';
 
 export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = req.headers['content-length'];
@@ -74,13 +75,28 @@ export function jsonDepthExceeds(buf: Buffer, maxDepth: number): boolean {
   return false;
 }
 
+/**
+ * How a body over LARGE_JSON_BYTES is parsed, off the event loop either way: `walked`, in the JSON
+ * worker, coming back as a LargeJsonBody (the tokenize routes, whose walk and answer accept it);
+ * `small`, in the JSON worker, handed back when it holds at most MAX_SMALL_BODY_VALUES values
+ * (routes whose bodies are small objects: search, PATCH); `args`, in the JSON worker, coming
+ * back as the `args` member's JSON text (ReactorArgsJson, for POST /reactors/{id}/react); `here`,
+ * on the event loop.
+ */
+export type LargeBodyMode = 'walked' | 'small' | 'args' | 'here';
+
 /** Reads and parses a JSON body; `accept` lists the media types allowed (415 otherwise). */
-export async function readJson(req: IncomingMessage, limit: number, maxDepth: number, accept: (type: string) => boolean = isJsonType): Promise<unknown> {
+export async function readJson(
+  req: IncomingMessage, limit: number, maxDepth: number, accept: (type: string) => boolean = isJsonType, large: LargeBodyMode = 'here',
+): Promise<unknown> {
   const type = mediaType(req);
   if (!accept(type)) {
     throw new ServiceError('unsupported_media_type', { detail: `Content-Type ${type || '(none)'} is not accepted here` });
   }
   const buf = await readBody(req, limit);
+  if (buf.length > LARGE_JSON_BYTES && large === 'walked') return LargeJsonBody.parse(buf, maxDepth, Date.now());
+  if (buf.length > LARGE_JSON_BYTES && large === 'small') return parseElsewhere(buf, maxDepth);
+  if (buf.length > LARGE_JSON_BYTES && large === 'args') return ReactorArgsJson.parse(buf, maxDepth);
   if (jsonDepthExceeds(buf, maxDepth)) {
     throw new ServiceError('nesting_too_deep', { detail: `The body may be nested at most ${maxDepth} levels deep` });
   }

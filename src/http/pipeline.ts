@@ -10,8 +10,9 @@ import { holds } from '../auth/access.js';
 import type { KeyIndex } from '../auth/keys.js';
 import { ServiceError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { readJson } from './body.js';
+import { readJson, type LargeBodyMode } from './body.js';
 import type { Context, Route } from './context.js';
+import { answerEarly, type LingerOptions } from './linger.js';
 import { sendProblem, sendSocketProblem } from './respond.js';
 import { Router } from './router.js';
 
@@ -28,9 +29,22 @@ export interface PipelineOptions {
   maxDepth: number;
   clientIp: (socketAddress: string, xForwardedFor: string | undefined) => string;
   rateLimits?: RateLimitGate;
+  /** Bounds of the lingering close after an early answer (linger.ts). */
+  linger: LingerOptions;
 }
 
 const TRACE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/**
+ * How each route group's large JSON bodies are parsed (body.ts, large-json.ts): the tokenize
+ * routes hand the body only to the vault's walk, so it is walked and answered in the JSON worker;
+ * reactors pass `args` on to the reactor host as JSON text; every other route takes small bodies.
+ */
+function largeBodyMode(group: string): LargeBodyMode {
+  if (group === 'tokenize' || group === 'tokens.create') return 'walked';
+  if (group === 'reactor') return 'args';
+  return 'small';
+}
 
 export function createPipeline(opts: PipelineOptions): (req: IncomingMessage, res: ServerResponse) => void {
   const router = new Router(opts.routes);
@@ -57,6 +71,7 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
     const match = router.match(req.method ?? 'GET', url.pathname);
     route = match.route;
     routePath = route.path;
+    const large = largeBodyMode(route.group);
     ctx = {
       req, res, url, requestId, headers,
       get log() {
@@ -65,7 +80,7 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
       clientIp: opts.clientIp(req.socket.remoteAddress ?? '', headerValue(req.headers['x-forwarded-for'])),
       params: match.params,
       rest: match.rest,
-      readJson: (accept) => readJson(req, opts.bodyLimit, opts.maxDepth, accept),
+      readJson: (accept) => readJson(req, opts.bodyLimit, opts.maxDepth, accept, large),
     };
     if (route.auth === 'api') authenticate(opts, ctx, route);
     else if (route.auth === 'proxy') authenticateProxy(opts, ctx);
@@ -74,7 +89,7 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
   } catch (err) {
     if (!(err instanceof ServiceError)) log().error({ error: safeError(err) }, 'unhandled error');
     else if (err.status >= 500) log().warn({ code: err.code, cause: safeError(err.cause) }, 'request failed');
-    drainAndAnswer(req, res, err, headers, route?.wrapErrors);
+    drainAndAnswer(opts, req, res, err, headers, route?.wrapErrors);
   }
 }
 
@@ -183,27 +198,7 @@ export function safeError(err: unknown): Record<string, unknown> | undefined {
   return { type: err.name, ...(code ? { code } : {}), stack: err.stack?.split('\n').slice(1, 6).join('\n') };
 }
 
-/** Unread request bodies up to this size are drained so the connection can stay open. */
-const DRAIN_LIMIT = 64 * 1024;
-
-/**
- * Answers with the problem. A small unread body (e.g. of a 401 or 429, refused before reading)
- * is drained first so a keep-alive client keeps its connection; a large or unknown-length one
- * closes the connection instead of being read.
- */
-function drainAndAnswer(req: IncomingMessage, res: ServerResponse, err: unknown, headers: Record<string, string>, wrap?: string): void {
-  if (req.complete || req.readableEnded) {
-    sendProblem(res, err, headers, wrap);
-    return;
-  }
-  const te = req.headers['transfer-encoding'];
-  const declared = req.headers['content-length'] === undefined ? (te === undefined ? 0 : Infinity) : Number(req.headers['content-length']);
-  if (declared <= DRAIN_LIMIT) {
-    req.on('end', () => sendProblem(res, err, headers, wrap));
-    req.on('error', () => res.destroy());
-    req.resume();
-    return;
-  }
-  sendProblem(res, err, { ...headers, connection: 'close' }, wrap);
-  req.resume();
+/** Answers with the problem, after draining a small unread body or with a lingering close (linger.ts). */
+function drainAndAnswer(opts: PipelineOptions, req: IncomingMessage, res: ServerResponse, err: unknown, headers: Record<string, string>, wrap?: string): void {
+  answerEarly(req, res, opts.linger, (extra) => sendProblem(res, err, { ...headers, ...extra }, wrap));
 }

@@ -5,9 +5,22 @@
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { ServiceError, toProblem } from '../errors.js';
+import { DeferredJson } from './large-json.js';
 
 export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  const bytes = Buffer.from(JSON.stringify(body));
+  if (body instanceof DeferredJson) {
+    // Serialized in the JSON worker; a failure there is a 500 like any other.
+    body.render().then(
+      (bytes) => writeJson(res, status, bytes, headers),
+      (err: unknown) => sendProblem(res, err instanceof ServiceError ? err : new ServiceError('internal_error', { cause: err }), headers),
+    );
+    return;
+  }
+  writeJson(res, status, Buffer.from(JSON.stringify(body)), headers);
+}
+
+function writeJson(res: ServerResponse, status: number, bytes: Buffer, headers: Record<string, string>): void {
+  if (res.destroyed) return;
   res.writeHead(status, { ...headers, 'content-type': 'application/json; charset=utf-8', 'content-length': bytes.length });
   res.end(bytes);
 }

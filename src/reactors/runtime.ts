@@ -216,15 +216,19 @@ export class ReactorRuntime {
    */
   invoke(key: string, input: { transform: TransformArgs }, opts?: InvokeOptions): Promise<TransformResult>;
   invoke(key: string, input: { args: unknown }, opts?: InvokeOptions): Promise<unknown>;
-  async invoke(key: string, input: ReactorInput, opts: InvokeOptions = {}): Promise<unknown> {
+  /** `argsJson`: the args already as compact JSON text (a large body serialized off the event loop). */
+  invoke(key: string, input: { argsJson: string }, opts?: InvokeOptions): Promise<unknown>;
+  async invoke(key: string, input: ReactorInput | { argsJson: string }, opts: InvokeOptions = {}): Promise<unknown> {
     const def = this.defs.get(key);
     if (!def) throw new ServiceError('not_found', { detail: 'No such reactor' });
-    const args = 'transform' in input ? input.transform : input.args;
     let argsJson: string | undefined;
-    try {
-      argsJson = JSON.stringify(args);
-    } catch {
-      throw new ServiceError('validation_failed', { detail: 'The reactor args are not JSON-serializable' });
+    if ('argsJson' in input) argsJson = input.argsJson;
+    else {
+      try {
+        argsJson = JSON.stringify('transform' in input ? input.transform : input.args);
+      } catch {
+        throw new ServiceError('validation_failed', { detail: 'The reactor args are not JSON-serializable' });
+      }
     }
     argsJson ??= '';
     // Spec: 5 MB payload limit, refused before the host sees it.
