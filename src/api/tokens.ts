@@ -6,6 +6,7 @@ import type { Context, Route } from '../http/context.js';
 import { sendEmpty, sendJson } from '../http/respond.js';
 import { ServiceError } from '../errors.js';
 import type { TokenFilter } from '../store/types.js';
+import { setOwn } from '../vault/definition.js';
 import type { TokenService } from '../vault/service.js';
 
 const DEFAULT_PAGE_SIZE = 20;
@@ -34,7 +35,7 @@ function listFilter(params: URLSearchParams): TokenFilter {
     else if (k === 'container') filter.container = v;
     else if (k === 'fingerprint') filter.fingerprint = v;
     else if (k === 'id') (filter.ids ??= []).push(v);
-    else if (k.startsWith('metadata.') && k.length > 9) metadata[k.slice(9)] = v;
+    else if (k.startsWith('metadata.') && k.length > 9) setOwn(metadata, k.slice(9), v);
     else if (k !== 'size' && k !== 'start') {
       throw new ServiceError('validation_failed', { detail: 'Unknown list parameter; use type, container, fingerprint, id, metadata.<key>, size, start' });
     }
@@ -48,11 +49,11 @@ const isMergePatch = (t: string) => t === 'application/merge-patch+json';
 export function tokenRoutes(tokens: TokenService): Route[] {
   const list = async (ctx: Context) => {
     const q = ctx.url.searchParams;
-    sendJson(ctx.res, 200, await tokens.list(ctx.principal!, { filter: listFilter(q), size: pageSize(q.get('size') ?? undefined), start: cursor(q.get('start')) }), ctx.headers);
+    sendJson(ctx.res, 200, await tokens.list(ctx.principal!, { filter: listFilter(q), size: pageSize(q.get('size') ?? undefined), start: cursor(q.get('start')) }, ctx.log), ctx.headers);
   };
   const searchGet = async (ctx: Context) => {
     const q = ctx.url.searchParams;
-    sendJson(ctx.res, 200, await tokens.search(ctx.principal!, q.get('query') ?? '', pageSize(q.get('size') ?? undefined), cursor(q.get('start'))), ctx.headers);
+    sendJson(ctx.res, 200, await tokens.search(ctx.principal!, q.get('query') ?? '', pageSize(q.get('size') ?? undefined), cursor(q.get('start')), ctx.log), ctx.headers);
   };
   const searchPost = async (ctx: Context) => {
     const body = await ctx.readJson();
@@ -61,7 +62,7 @@ export function tokenRoutes(tokens: TokenService): Route[] {
     }
     const b = body as Record<string, unknown>;
     if (b.query !== undefined && typeof b.query !== 'string') throw new ServiceError('validation_failed', { errors: { query: ['must be a string'] } });
-    sendJson(ctx.res, 200, await tokens.search(ctx.principal!, (b.query as string | undefined) ?? '', pageSize(b.size), cursor(b.start)), ctx.headers);
+    sendJson(ctx.res, 200, await tokens.search(ctx.principal!, (b.query as string | undefined) ?? '', pageSize(b.size), cursor(b.start), ctx.log), ctx.headers);
   };
   const api = { auth: 'api' } as const;
   return [
@@ -76,9 +77,9 @@ export function tokenRoutes(tokens: TokenService): Route[] {
     { ...api, method: 'POST', path: '/tokens/search', group: 'tokens.search.post', permission: 'token:search', handle: searchPost },
     { ...api, method: 'POST', path: '/v2/tokens/search', group: 'tokens.search.post', permission: 'token:search', handle: searchPost },
     { ...api, method: 'GET', path: '/tokens/:id', group: 'tokens.read', permission: 'token:read',
-      handle: async (ctx) => sendJson(ctx.res, 200, await tokens.read(ctx.principal!, ctx.params.id!), ctx.headers) },
+      handle: async (ctx) => sendJson(ctx.res, 200, await tokens.read(ctx.principal!, ctx.params.id!, ctx.log), ctx.headers) },
     { ...api, method: 'PATCH', path: '/tokens/:id', group: 'tokens.update', permission: 'token:update',
-      handle: async (ctx) => sendJson(ctx.res, 200, await tokens.update(ctx.principal!, ctx.params.id!, await ctx.readJson(isMergePatch)), ctx.headers) },
+      handle: async (ctx) => sendJson(ctx.res, 200, await tokens.update(ctx.principal!, ctx.params.id!, await ctx.readJson(isMergePatch), ctx.log), ctx.headers) },
     { ...api, method: 'DELETE', path: '/tokens/:id', group: 'tokens.delete', permission: 'token:delete',
       handle: async (ctx) => {
         await tokens.remove(ctx.principal!, ctx.params.id!);

@@ -1,9 +1,26 @@
 /**
- * Permissions and access rules (compat.md): rules are checked in ascending priority and the
- * first whose container is a prefix of the token's container decides; none decides → denied.
- * An application without rules holds its plain permissions on every container, with `mask`.
+ * Every access decision about tokens, in one place (issue 10: "what a key can learn is what its
+ * access rule allows"). The token API, POST /tokenize, the proxy's tokenize transforms and the
+ * reactors' `tokenize` all reach tokens through vault/service.ts, which asks this module and no
+ * one else; a new route that goes through the service cannot forget a rule.
+ *
+ * The rules (compat.md, README "Keys, permissions and containers"):
+ * - Access rules are checked in ascending priority; the first whose container is a prefix of the
+ *   token's container decides; none decides → denied. An application without rules holds its
+ *   plain permissions on every container, with `mask`.
+ * - An expression over `data` is a read of `data`: changing `fingerprint_expression`,
+ *   `search_indexes` or `mask` of an existing token without supplying its data needs
+ *   `token:read` with `reveal` on the token's container.
+ * - Deduplication matches only tokens the caller could read (`token:read` on the container).
+ * - Fingerprints are shown only to keys that may read the token.
+ * - List and search show only tokens in containers the key may `token:search`; the store applies
+ *   that as part of its query (searchScope), so pages are full.
  */
 import type { ApplicationConfig, Permission } from '../config/schema.js';
+import { ServiceError } from '../errors.js';
+import type { ScopeRule } from '../store/types.js';
+
+export type { ScopeRule };
 
 export type Transform = 'reveal' | 'mask' | 'redact';
 
@@ -31,4 +48,73 @@ export function grant(app: ApplicationConfig, permission: Permission, container:
     if (container.startsWith(rule.container)) return rule.permissions.includes(permission) ? rule.transform : null;
   }
   return null;
+}
+
+/** The transform granted, or 403 forbidden. */
+export function requireGrant(app: ApplicationConfig, permission: Permission, container: string): Transform {
+  const g = grant(app, permission, container);
+  if (g === null) throw new ServiceError('forbidden', { detail: `The key lacks ${permission} on container ${container}` });
+  return g;
+}
+
+/** How a token in `container` is shown to this key by a read, list or search: redact without read. */
+export function readTransform(app: ApplicationConfig, container: string): Transform {
+  return grant(app, 'token:read', container) ?? 'redact';
+}
+
+/** Whether the key may read tokens of `container` at all (any transform). */
+export function mayRead(app: ApplicationConfig, container: string): boolean {
+  return grant(app, 'token:read', container) !== null;
+}
+
+/** Fingerprints are shown only to keys that may read the token. */
+export const showsFingerprint = mayRead;
+
+/**
+ * Whether `deduplicate_token` may match an existing token of `container` for this key: only when
+ * the key could read it. Otherwise the definition creates a new token, as without the flag.
+ */
+export const mayDeduplicate = mayRead;
+
+/** The expression fields of a token; changing one is a read of the token's data. */
+export type ExpressionField = 'fingerprint_expression' | 'search_indexes' | 'mask';
+
+/**
+ * An expression over `data` is a read of `data`: a PATCH that changes any of `changed` on an
+ * existing token without supplying the whole of its data needs `token:read` with `reveal` on its
+ * container; else 403. (Creating with expressions is free: the creator supplies the data.)
+ */
+export function requireExpressionWrite(app: ApplicationConfig, container: string, changed: readonly ExpressionField[], suppliesData: boolean): void {
+  if (changed.length === 0 || suppliesData) return;
+  if (grant(app, 'token:read', container) === 'reveal') return;
+  throw new ServiceError('forbidden', {
+    detail: `Changing ${changed.join(', ')} of an existing token without supplying its data needs token:read with reveal on container ${container}`,
+  });
+}
+
+const scopes = new WeakMap<ApplicationConfig, ScopeRule[] | undefined>();
+
+/**
+ * The containers a key may list and search, as the store takes it (TokenFilter.scope): an ordered
+ * list of prefixes, the first that matches a container decides, none matching → left out.
+ * `undefined`: every container. Equal to `grant(app, 'token:search', c) !== null` for every c.
+ */
+export function searchScope(app: ApplicationConfig): ScopeRule[] | undefined {
+  if (scopes.has(app)) return scopes.get(app);
+  const rules = rulesOf(app);
+  let scope: ScopeRule[] | undefined;
+  if (rules.length === 0) {
+    scope = app.permissions.includes('token:search') ? undefined : [];
+  } else {
+    scope = [];
+    for (const r of rules) {
+      scope.push({ prefix: r.container, allow: r.permissions.includes('token:search') });
+      if (r.container === '/') break; // every container starts with "/": later rules never decide
+    }
+    // Denials at the end change nothing (no match is a denial too).
+    while (scope.length > 0 && !scope[scope.length - 1]!.allow) scope.pop();
+    if (scope.length === 1 && scope[0]!.prefix === '/') scope = undefined;
+  }
+  scopes.set(app, scope);
+  return scope;
 }

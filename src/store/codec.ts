@@ -1,7 +1,7 @@
 /**
  * Shared by both token stores (EmbeddedStore, RedisStore): cursors, page checks, the record codec.
  */
-import type { Page, StoredToken, WrappedDataKey } from './types.js';
+import type { Page, ScopeRule, StoredToken, WrappedDataKey } from './types.js';
 import { StoreUnavailableError } from './types.js';
 
 /** A cursor that does not decode: the API answers 400 invalid_cursor. */
@@ -24,6 +24,13 @@ export function decodeCursor(cursor: string): number {
   // Canonical form only: a cursor that decodes but is not what encodeCursor writes is rejected.
   if (!Number.isSafeInteger(seq) || encodeCursor(seq) !== cursor) throw new InvalidCursorError();
   return seq;
+}
+
+/** Whether a TokenFilter.scope admits `container` (first matching prefix decides; none: no). */
+export function scopeAllows(scope: readonly ScopeRule[] | undefined, container: string): boolean {
+  if (scope === undefined) return true;
+  for (const r of scope) if (container.startsWith(r.prefix)) return r.allow;
+  return false;
 }
 
 export function checkPage(page: Page): void {

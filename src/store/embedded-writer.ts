@@ -29,7 +29,17 @@ export interface WriteRow {
   id: string;
   index_hashes: string[];
   metadata: Record<string, string>;
+  /** Insert only: return the oldest live token of the same tenant, type, container and fingerprint instead, if any. */
+  dedupe?: boolean;
   params: Params;
+}
+
+/** A stored row as reads return it (embedded.ts decodes it). */
+export interface StoredRow {
+  seq: number;
+  record: string;
+  cvc_sealed: string | null;
+  cvc_expires_ms: number | null;
 }
 
 export type WriteOp =
@@ -92,16 +102,25 @@ export function openConnection(path: string): Database.Database {
 export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) => WriteResult[] {
   const s = {
     insert: db.prepare<[Params]>(
-      `INSERT INTO tokens (tenant_id, id, type, container, fingerprint, expires_ms, cvc_sealed, cvc_expires_ms, record)
-       VALUES (@tenant, @id, @type, @container, @fingerprint, @expires_ms, @cvc_sealed, @cvc_expires_ms, @record)`,
+      `INSERT INTO tokens (tenant_id, id, type, container, fingerprint, expires_ms, cvc_sealed, cvc_expires_ms, record, dedupe_key)
+       VALUES (@tenant, @id, @type, @container, @fingerprint, @expires_ms, @cvc_sealed, @cvc_expires_ms, @record, @dedupe_key)`,
     ),
+    // The oldest live token a deduplicating insert returns instead of writing (tokens_by_fingerprint).
+    dedupeMatch: db.prepare<[Params], StoredRow>(
+      `SELECT seq, record, cvc_sealed, cvc_expires_ms FROM tokens WHERE tenant_id = @tenant AND fingerprint = @fingerprint
+       AND type = @type AND container = @container AND ${LIVE} ORDER BY seq LIMIT 1`,
+    ),
+    // No live token matched: whoever held the slot expired (or was patched to another fingerprint).
+    releaseDedupe: db.prepare<[Params]>('UPDATE tokens SET dedupe_key = NULL WHERE tenant_id = @tenant AND dedupe_key = @dedupe_key'),
     insertHash: db.prepare<[string, string, number | bigint]>('INSERT OR IGNORE INTO token_index_hashes (tenant_id, hash, seq) VALUES (?, ?, ?)'),
     insertMeta: db.prepare<[string, string, string, number | bigint]>('INSERT OR IGNORE INTO token_metadata (tenant_id, key, value, seq) VALUES (?, ?, ?, ?)'),
     deleteHashes: db.prepare<[number]>('DELETE FROM token_index_hashes WHERE seq = ?'),
     deleteMeta: db.prepare<[number]>('DELETE FROM token_metadata WHERE seq = ?'),
     liveSeq: db.prepare<[Params], { seq: number }>(`SELECT seq FROM tokens WHERE tenant_id = @tenant AND id = @id AND ${LIVE}`),
+    // A token keeps its deduplication slot only while its fingerprint stays the same.
     update: db.prepare<[Params]>(
-      `UPDATE tokens SET type = @type, container = @container, fingerprint = @fingerprint, expires_ms = @expires_ms,
+      `UPDATE tokens SET dedupe_key = CASE WHEN dedupe_key = @dedupe_key THEN dedupe_key END,
+       type = @type, container = @container, fingerprint = @fingerprint, expires_ms = @expires_ms,
        cvc_sealed = @cvc_sealed, cvc_expires_ms = @cvc_expires_ms, record = @record WHERE seq = @seq`,
     ),
     delete: db.prepare<[string, string], { expires_ms: number | null }>('DELETE FROM tokens WHERE tenant_id = ? AND id = ? RETURNING expires_ms'),
@@ -115,19 +134,35 @@ export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) 
   };
   const one = db.transaction((w: WriteOp): unknown => {
     switch (w.op) {
-      case 'insert':
+      case 'insert': {
+        // Per row: null when written, the existing row when deduplicated. The match and the write
+        // are in one transaction of the one writer; the unique index on (tenant_id, dedupe_key)
+        // makes "one deduplicated token per tenant, type, container and fingerprint" a constraint.
+        const out: (StoredRow | null)[] = [];
         for (const r of w.rows) {
+          const dedupe = r.dedupe === true && r.params.dedupe_key !== null;
+          if (dedupe) {
+            const hit = s.dedupeMatch.get({ ...r.params, now: Date.now() });
+            if (hit) {
+              out.push(hit);
+              continue;
+            }
+            s.releaseDedupe.run(r.params);
+          }
           let seq: number | bigint;
           try {
-            seq = s.insert.run(r.params).lastInsertRowid;
+            seq = s.insert.run(dedupe ? r.params : { ...r.params, dedupe_key: null }).lastInsertRowid;
           } catch (err) {
             const code = sqliteCode(err);
-            if (code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY') throw new DuplicateTokenError(r.id);
+            const onDedupe = err instanceof Error && err.message.includes('dedupe_key');
+            if (!onDedupe && (code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY')) throw new DuplicateTokenError(r.id);
             throw err;
           }
           writeSide(r, seq);
+          out.push(null);
         }
-        return undefined;
+        return out;
+      }
       case 'update': {
         const live = s.liveSeq.get({ tenant: w.row.tenant_id, id: w.row.id, now: Date.now() });
         if (!live) return false;

@@ -19,15 +19,16 @@ import { closeSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import { checkPage, cvcVisible, decodeCursor, decodeDataKey, decodeRecord, encodeCursor, encodeRecord, InvalidCursorError, timeMs } from './codec.js';
-import type { Page, PageResult, StoredToken, TokenFilter, TokenStore, WrappedDataKey } from './types.js';
+import type { InsertOptions, Page, PageResult, ScopeRule, StoredToken, TokenFilter, TokenStore, WrappedDataKey } from './types.js';
 import { StoreUnavailableError } from './types.js';
 import {
   describeError, LIVE, openConnection, sqliteCode, writeError, writeExecutor, WriterThread,
-  type Params, type WriteOp, type WriteRequest, type WriteResult, type WriteRow,
+  type Params, type StoredRow, type WriteOp, type WriteRequest, type WriteResult, type WriteRow,
 } from './embedded-writer.js';
 
-const SCHEMA_VERSION = 1;
-const SCHEMA = `
+const SCHEMA_VERSION = 2;
+/** Version 1: the tables. */
+const SCHEMA_V1 = `
 CREATE TABLE IF NOT EXISTS tokens (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
   tenant_id TEXT NOT NULL, id TEXT NOT NULL, type TEXT NOT NULL, container TEXT NOT NULL,
@@ -56,14 +57,25 @@ CREATE TABLE IF NOT EXISTS data_keys (
   kid TEXT NOT NULL UNIQUE, wrapped TEXT NOT NULL, created_at TEXT NOT NULL
 );`;
 
+/**
+ * Version 2: deduplication is a constraint. A deduplicating insert that finds no live token of
+ * its tenant, type, container and fingerprint writes its token with dedupe_key set to those three,
+ * and the unique index allows one such token per tenant and key. Existing rows get NULL (no slot):
+ * the migration adds a column and an index over NULLs, so it cannot fail on the data of a
+ * version 1 file, duplicates included (a later deduplicating insert returns the oldest of them).
+ */
+const MIGRATE_V2 = `
+ALTER TABLE tokens ADD COLUMN dedupe_key TEXT;
+CREATE UNIQUE INDEX IF NOT EXISTS tokens_dedupe ON tokens (tenant_id, dedupe_key) WHERE dedupe_key IS NOT NULL;`;
+
+/** The deduplication slot of a record: its type, container and fingerprint (null without one). */
+function dedupeKey(r: StoredToken): string | null {
+  return r.fingerprint === null ? null : JSON.stringify([r.type, r.container, r.fingerprint]);
+}
+
 const COLUMNS = 'seq, record, cvc_sealed, cvc_expires_ms';
 
-interface Row {
-  seq: number;
-  record: string;
-  cvc_sealed: string | null;
-  cvc_expires_ms: number | null;
-}
+type Row = StoredRow;
 
 /** Optional list conditions; a statement is prepared once per combination present. */
 const LIST_CONDITIONS: ReadonlyArray<[keyof TokenFilter | 'after', string]> = [
@@ -89,9 +101,6 @@ function prepareReads(db: Database.Database) {
     get: db.prepare<[Params], Row>(`SELECT ${COLUMNS} FROM tokens WHERE tenant_id = @tenant AND id = @id AND ${LIVE}`),
     getMany: db.prepare<[Params], Row & { id: string }>(
       `SELECT id, ${COLUMNS} FROM tokens WHERE tenant_id = @tenant AND id IN (SELECT value FROM json_each(@ids)) AND ${LIVE}`,
-    ),
-    byFingerprint: db.prepare<[Params], Row>(
-      `SELECT ${COLUMNS} FROM tokens WHERE tenant_id = @tenant AND fingerprint = @fingerprint AND type = @type AND ${LIVE} ORDER BY seq LIMIT 1`,
     ),
     listKeys: db.prepare<[], { kid: string; wrapped: string; created_at: string }>('SELECT kid, wrapped, created_at FROM data_keys ORDER BY ord'),
     ping: db.prepare('SELECT 1'),
@@ -120,10 +129,16 @@ export class EmbeddedStore implements TokenStore {
         closeSync(openSync(path, 'a', 0o600));
       }
       this.#db = openConnection(path);
-      const version = Number(this.#db.pragma('user_version', { simple: true }));
-      if (version > SCHEMA_VERSION) throw new Error(`the database schema (version ${version}) is newer than this tokenproxy understands`);
-      this.#db.exec(SCHEMA);
-      this.#db.pragma(`user_version = ${SCHEMA_VERSION}`);
+      // One IMMEDIATE transaction, the version read inside it: a migration that fails leaves the
+      // file as it was, and two processes opening one file migrate it once.
+      this.#db.transaction(() => {
+        const version = Number(this.#db.pragma('user_version', { simple: true }));
+        if (version > SCHEMA_VERSION) throw new Error(`the database schema (version ${version}) is newer than this tokenproxy understands`);
+        if (version === SCHEMA_VERSION) return;
+        this.#db.exec(SCHEMA_V1);
+        if (version < 2) this.#db.exec(MIGRATE_V2);
+        this.#db.pragma(`user_version = ${SCHEMA_VERSION}`);
+      }).immediate();
     } catch (err) {
       const reason = err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : String(err instanceof Error ? err.message : err);
       throw new StoreUnavailableError(`cannot open the embedded store ${path}: ${reason}`, { cause: err });
@@ -140,14 +155,24 @@ export class EmbeddedStore implements TokenStore {
    * in one transaction with one fsync, and each promise resolves only after that commit (so a
    * resolved insert survives kill -9). A lone insert waits only for two setImmediates.
    */
-  insertMany(records: StoredToken[]): Promise<void> {
+  insertMany(records: StoredToken[], options: InsertOptions = {}): Promise<Array<StoredToken | null>> {
     let rows: WriteRow[];
     try {
-      rows = records.map((r) => this.#row(r));
+      rows = records.map((r, i) => {
+        const row = this.#row(r);
+        if (options.dedupe?.[i] === true) row.dedupe = true;
+        return row;
+      });
     } catch (err) {
       return Promise.reject(err);
     }
-    return this.#write({ op: 'insert', rows }, () => undefined);
+    return this.#write({ op: 'insert', rows }, (v) => {
+      const now = Date.now();
+      return records.map((_, i) => {
+        const hit = Array.isArray(v) ? (v[i] as Row | null | undefined) : null;
+        return hit ? this.#decode(hit, now) : null;
+      });
+    });
   }
 
   async get(tenantId: string, id: string): Promise<StoredToken | null> {
@@ -179,12 +204,6 @@ export class EmbeddedStore implements TokenStore {
     return this.#write({ op: 'delete', tenant_id: tenantId, id }, (v) => v === true);
   }
 
-  async findByFingerprint(tenantId: string, type: string, fingerprint: string): Promise<StoredToken | null> {
-    const now = Date.now();
-    const row = this.#run(() => this.#s.byFingerprint.get({ tenant: tenantId, type, fingerprint, now }));
-    return row ? this.#decode(row, now) : null;
-  }
-
   async list(tenantId: string, filter: TokenFilter, page: Page): Promise<PageResult> {
     checkPage(page);
     if (filter.ids && filter.ids.length === 0) return { items: [], next: null };
@@ -204,7 +223,12 @@ export class EmbeddedStore implements TokenStore {
     const hashes = [...new Set(filter.index_hashes ?? [])];
     if (hashes.length > 0) set('index_hashes', { hashes: JSON.stringify(hashes), hashes_count: hashes.length });
     if (filter.ids) set('ids', { ids: JSON.stringify(filter.ids) });
-    const rows = this.#run(() => this.#listStatement(present).all(params));
+    const scope = filter.scope;
+    if (scope !== undefined) {
+      if (!scope.some((r) => r.allow)) return { items: [], next: null };
+      scope.forEach((r, i) => Object.assign(params, { [`sp${i}`]: r.prefix, [`sa${i}`]: r.allow ? 1 : 0 }));
+    }
+    const rows = this.#run(() => this.#listStatement(present, scope).all(params));
     const items = rows.slice(0, page.size).map((r) => this.#decode(r, now));
     const next = rows.length > page.size ? encodeCursor(rows[page.size - 1].seq) : null;
     return { items, next };
@@ -305,16 +329,27 @@ export class EmbeddedStore implements TokenStore {
     });
   }
 
-  #listStatement(present: Set<string>): Database.Statement<[Params], Row> {
+  /**
+   * The list query for the conditions present; prepared once per combination and scope length.
+   * The scope (the caller's permission filter) is a CASE over its prefixes in order: the first
+   * that starts the container decides, so SQLite skips what the caller may not see and a page
+   * is full.
+   */
+  #listStatement(present: Set<string>, scope: readonly ScopeRule[] | undefined): Database.Statement<[Params], Row> {
     let mask = 0;
     LIST_CONDITIONS.forEach(([name], i) => {
       if (present.has(name)) mask |= 1 << i;
     });
-    let stmt = this.#listStatements.get(mask);
+    const cacheKey = mask + (scope === undefined ? 0 : (scope.length + 1) * (1 << LIST_CONDITIONS.length));
+    let stmt = this.#listStatements.get(cacheKey);
     if (!stmt) {
       const where = ['tenant_id = @tenant', LIVE, ...LIST_CONDITIONS.filter(([name]) => present.has(name)).map(([, sql]) => sql)];
+      if (scope !== undefined) {
+        const arms = scope.map((_, i) => `WHEN substr(container, 1, length(@sp${i})) = @sp${i} THEN @sa${i}`);
+        where.push(`(CASE ${arms.join(' ')} ELSE 0 END) = 1`);
+      }
       stmt = this.#db.prepare<[Params], Row>(`SELECT ${COLUMNS} FROM tokens WHERE ${where.join(' AND ')} ORDER BY seq DESC LIMIT @limit`);
-      this.#listStatements.set(mask, stmt);
+      this.#listStatements.set(cacheKey, stmt);
     }
     return stmt;
   }
@@ -331,6 +366,7 @@ export class EmbeddedStore implements TokenStore {
       cvc_sealed: r.cvc_sealed,
       cvc_expires_ms: timeMs(r.cvc_expires_at, 'cvc_expires_at'),
       record: encodeRecord(r),
+      dedupe_key: dedupeKey(r),
     };
     return { tenant_id: r.tenant_id, id: r.id, index_hashes: r.index_hashes, metadata: r.metadata, params };
   }

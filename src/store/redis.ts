@@ -11,18 +11,34 @@
  *   P t:T:cvc:<id>     the cvc ciphertext, PEXPIREAT cvc_expires_at (Redis drops it by itself)
  *   P t:T:seq          per-tenant sequence (INCR); zset scores, newest-first cursors
  *   P t:T:all | type:<type> | fp:<fingerprint> | md:<key>:<value> | ix:<hash>   zsets id → seq
+ *   P t:T:ct:<container>                        zset id → seq: the tokens of one container
+ *   P t:T:dd:<type>:<container>:<fingerprint>   zset id → seq: what a deduplicating insert matches
+ *   P t:T:containers   set of the tenant's containers (a container is never removed from it)
  *   P cvc:due          zset cvc key → cvc expiry ms (purgeCvc)
  *   P dk, P dk:order   data keys: hash kid → JSON, list of kids oldest first
+ *   P meta             hash {version}: the layout version (2), migrated on connect
  * Writes are Lua scripts, so a batch and its index entries appear atomically and search serves
- * them at once. Scripts touch keys they compute; on Redis Cluster use a hash-tagged prefix such
- * as `{tp}:` so every key lives in one slot.
+ * them at once. Scripts touch keys they compute (the insert script also derives record keys of
+ * the ids in a dd zset); on Redis Cluster use a hash-tagged prefix such as `{tp}:` so every key
+ * lives in one slot.
+ *
+ * Deduplication is a compare-and-set inside the insert script: it looks for the oldest live member
+ * of the record's dd zset and returns it instead of writing, in the same atomic step as the write,
+ * so N concurrent identical inserts leave one token.
+ *
+ * Layout version 2 (the ct and dd zsets, the containers set) is built for existing records on
+ * connect (migrate): every record gets the zsets it lacks, record by record, each a check-and-set
+ * against the record it was computed from. Upgrade every instance sharing a prefix together: a
+ * version 1 instance still writing would add records without them.
  */
 import { createHash } from 'node:crypto';
 import { Redis, type ChainableCommander } from 'ioredis';
 import type { Logger } from '../log.js';
-import type { Page, PageResult, StoredToken, TokenFilter, TokenStore, WrappedDataKey } from './types.js';
+import type { InsertOptions, Page, PageResult, StoredToken, TokenFilter, TokenStore, WrappedDataKey } from './types.js';
 import { DuplicateTokenError, StoreUnavailableError } from './types.js';
-import { checkPage, cvcVisible, decodeCursor, decodeDataKey, decodeRecord, encodeCursor, encodeRecord, InvalidCursorError, isLive, timeMs } from './codec.js';
+import {
+  checkPage, cvcVisible, decodeCursor, decodeDataKey, decodeRecord, encodeCursor, encodeRecord, InvalidCursorError, isLive, scopeAllows, timeMs,
+} from './codec.js';
 
 /** Lua: stores record b's sealed cvc (if any) with its purge deadline (KEYS[1]: the cvc due zset). */
 const SET_CVC = `
@@ -36,22 +52,78 @@ local function setCvc(b)
   end
 end`;
 
+/**
+ * The batch (ARGV[1]) and now (ARGV[2], ms). Plans first, writing nothing: a record that
+ * deduplicates takes the oldest live member of its dd zset, or an earlier record of the batch
+ * with the same dd; any other record whose id exists fails the whole batch ({'dup', id}). Then
+ * writes. Answers {'ok', per record: '' when written, else the JSON of the token it matched}.
+ */
 const INSERT = `${SET_CVC}
 local batch = cjson.decode(ARGV[1])
+local now = tonumber(ARGV[2])
+local function enc(s)
+  return (string.gsub(s, "[^%w%-_%.!~%*'%(%)]", function(c) return string.format('%%%02X', string.byte(c)) end))
+end
+local function liveMatch(b)
+  local start = 0
+  while true do
+    local ids = redis.call('ZRANGE', b.dd, start, start + 49)
+    if #ids == 0 then return nil end
+    for _, id in ipairs(ids) do
+      local rec = redis.call('HMGET', b.recBase .. enc(id), 'r', 'e')
+      if rec[1] and (rec[2] == '' or tonumber(rec[2]) > now) then return rec[1] end
+    end
+    start = start + 50
+  end
+end
 local seen = {}
+local byDd = {}
+local plan = {}
 for i = 1, #batch do
   local b = batch[i]
-  if seen[b.key] or redis.call('EXISTS', b.key) == 1 then return b.id end
-  seen[b.key] = true
+  local hit = false
+  if b.dedupe and b.dd then
+    -- A stored token is older than any of the batch: it wins over an earlier record of the batch.
+    hit = liveMatch(b) or byDd[b.dd] or false
+  end
+  if hit then
+    plan[i] = hit
+  else
+    if seen[b.key] or redis.call('EXISTS', b.key) == 1 then return {'dup', b.id} end
+    seen[b.key] = true
+    plan[i] = ''
+    if b.dd and not byDd[b.dd] then byDd[b.dd] = b.r end
+  end
 end
+local out = {'ok'}
 for i = 1, #batch do
   local b = batch[i]
-  local seq = redis.call('INCR', b.seq)
-  redis.call('HSET', b.key, 'r', b.r, 'k', b.k, 's', seq, 'e', b.e)
-  for _, z in ipairs(cjson.decode(b.k)) do redis.call('ZADD', z, seq, b.id) end
-  setCvc(b)
+  if plan[i] == '' then
+    local seq = redis.call('INCR', b.seq)
+    redis.call('HSET', b.key, 'r', b.r, 'k', b.k, 's', seq, 'e', b.e)
+    for _, z in ipairs(cjson.decode(b.k)) do redis.call('ZADD', z, seq, b.id) end
+    redis.call('SADD', b.cs, b.container)
+    setCvc(b)
+  end
+  out[#out + 1] = plan[i]
 end
-return false`;
+return out`;
+
+/**
+ * Migration to layout 2, one record: KEYS[1] the record, KEYS[2] the containers set; ARGV: the
+ * record JSON the new zset list was computed from, that list, the container. Skipped (0) when the
+ * record changed or went away since: whoever wrote it wrote the new layout.
+ */
+const MIGRATE_RECORD = `
+local cur = redis.call('HMGET', KEYS[1], 'r', 's', 'k')
+if cur[1] ~= ARGV[1] then return 0 end
+local id = cjson.decode(cur[1]).id
+for _, z in ipairs(cjson.decode(ARGV[2])) do redis.call('ZADD', z, cur[2], id) end
+redis.call('HSET', KEYS[1], 'k', ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[3])
+return 1`;
+
+const LAYOUT_VERSION = 2;
 
 const UPDATE = `${SET_CVC}
 local b = cjson.decode(ARGV[1])
@@ -118,6 +190,7 @@ function sanitize(err: unknown): Error {
 }
 
 function matches(r: StoredToken, f: TokenFilter): boolean {
+  if (!scopeAllows(f.scope, r.container)) return false;
   if (f.type !== undefined && r.type !== f.type) return false;
   if (f.container !== undefined && !r.container.startsWith(f.container)) return false;
   if (f.fingerprint !== undefined && r.fingerprint !== f.fingerprint) return false;
@@ -167,14 +240,65 @@ export class RedisStore implements TokenStore {
       client.disconnect();
       throw new StoreUnavailableError('cannot connect to the Redis token store', { cause: sanitize(err) });
     }
-    return new RedisStore(client, opts.keyPrefix);
+    const store = new RedisStore(client, opts.keyPrefix);
+    try {
+      const migrated = await store.migrate();
+      if (migrated > 0) opts.log?.info({ records: migrated }, 'redis token store migrated to layout 2');
+    } catch (err) {
+      client.disconnect();
+      throw err instanceof StoreUnavailableError ? err : new StoreUnavailableError('cannot migrate the Redis token store', { cause: sanitize(err) });
+    }
+    return store;
   }
 
-  async insertMany(records: StoredToken[]): Promise<void> {
-    if (records.length === 0) return;
-    const batch = records.map((r) => ({ ...this.#payload(r), seq: this.#t(r.tenant_id, 'seq') }));
-    const dup = await this.#eval(INSERT, [this.#cvcDue()], [JSON.stringify(batch)]);
-    if (typeof dup === 'string') throw new DuplicateTokenError(dup);
+  /**
+   * Brings records written by layout 1 to layout 2 (the ct and dd zsets, the containers set);
+   * returns how many records changed. Idempotent; a no-op once `P meta` says version 2.
+   */
+  async migrate(): Promise<number> {
+    const meta = `${this.#p}meta`;
+    if (Number(await this.#call(() => this.#client.hget(meta, 'version'))) >= LAYOUT_VERSION) return 0;
+    const pattern = `${this.#p.replace(/[*?[\]\\]/g, '\\$&')}t:*:rec:*`;
+    let cursor = '0';
+    let changed = 0;
+    do {
+      const [next, keys] = await this.#call(() => this.#client.scan(cursor, 'MATCH', pattern, 'COUNT', 1000));
+      cursor = next;
+      // Only P t:<tenant>:rec:<id> (components are encoded: no ':' inside one), not an md zset named "rec".
+      const recs = keys.filter((k) => k.slice(this.#p.length).split(':').length === 4 && k.slice(this.#p.length).split(':')[2] === 'rec');
+      if (recs.length === 0) continue;
+      const raw = await this.#pipeline((p) => recs.forEach((k) => p.hmget(k, 'r', 'k')));
+      for (let i = 0; i < recs.length; i++) {
+        const v = raw[i];
+        if (!Array.isArray(v) || typeof v[0] !== 'string') continue;
+        const record = decodeRecord(v[0], null);
+        const { k } = this.#payload(record);
+        if (k === v[1]) continue;
+        const keysOf = [recs[i]!, this.#t(record.tenant_id, 'containers')];
+        changed += Number(await this.#eval(MIGRATE_RECORD, keysOf, [v[0], k, record.container]));
+      }
+    } while (cursor !== '0');
+    await this.#call(() => this.#client.hset(meta, 'version', String(LAYOUT_VERSION)));
+    return changed;
+  }
+
+  async insertMany(records: StoredToken[], options: InsertOptions = {}): Promise<Array<StoredToken | null>> {
+    if (records.length === 0) return [];
+    const batch = records.map((r, i) => ({
+      ...this.#payload(r),
+      seq: this.#t(r.tenant_id, 'seq'),
+      cs: this.#t(r.tenant_id, 'containers'),
+      container: r.container,
+      recBase: `${this.#t(r.tenant_id, 'rec')}:`,
+      dedupe: options.dedupe?.[i] === true,
+    }));
+    const out = await this.#eval(INSERT, [this.#cvcDue()], [JSON.stringify(batch), String(Date.now())]);
+    if (!Array.isArray(out)) throw new StoreUnavailableError('the Redis token store answered an insert unexpectedly');
+    if (out[0] === 'dup') throw new DuplicateTokenError(String(out[1]));
+    return records.map((_, i) => {
+      const hit = out[i + 1];
+      return typeof hit === 'string' && hit !== '' ? decodeRecord(hit, null) : null;
+    });
   }
 
   async get(tenantId: string, id: string): Promise<StoredToken | null> {
@@ -195,20 +319,6 @@ export class RedisStore implements TokenStore {
     return (await this.#eval(DELETE, keys, [id, String(Date.now())])) === 1;
   }
 
-  async findByFingerprint(tenantId: string, type: string, fingerprint: string): Promise<StoredToken | null> {
-    const key = this.#t(tenantId, 'fp', fingerprint);
-    let min = '-inf';
-    for (;;) {
-      const now = Date.now();
-      const page = await this.#call(() => this.#client.zrangebyscore(key, min, '+inf', 'WITHSCORES', 'LIMIT', 0, 50));
-      const ids = page.filter((_, i) => i % 2 === 0);
-      const found = (await this.#fetch(tenantId, ids, now)).find((r) => r.type === type);
-      if (found) return found;
-      if (ids.length < 50) return null;
-      min = `(${page[page.length - 1]}`;
-    }
-  }
-
   async list(tenantId: string, filter: TokenFilter, page: Page): Promise<PageResult> {
     checkPage(page);
     if (filter.ids && filter.ids.length === 0) return { items: [], next: null };
@@ -224,14 +334,30 @@ export class RedisStore implements TokenStore {
       (await this.#records(tenantId, [...new Set(filter.ids)])).forEach((f) => f && f.seq < after && keep(f));
       hits.sort((a, b) => b.seq - a.seq);
     } else {
-      const driver = await this.#driver(tenantId, filter);
+      const drivers = await this.#drivers(tenantId, filter);
       const batch = Math.min(Math.max(page.size * 2, 50), 500);
-      while (hits.length <= page.size) {
-        const chunk = await this.#call(() => this.#client.zrevrangebyscore(driver, max, '-inf', 'WITHSCORES', 'LIMIT', 0, batch));
-        const ids = chunk.filter((_, i) => i % 2 === 0);
-        (await this.#records(tenantId, ids)).forEach(keep);
-        if (ids.length < batch) break;
-        max = `(${chunk[chunk.length - 1]}`;
+      // Newest first over one zset, or merged over several (the containers the caller may see):
+      // each round reads up to `batch` below the cursor from each, and takes every id at or above
+      // the highest last-read score of a zset that had more (below it, a zset may hold ids not read yet).
+      const emptyBelow = drivers.map(() => false);
+      while (hits.length <= page.size && emptyBelow.includes(false)) {
+        const open = drivers.filter((_, i) => !emptyBelow[i]);
+        const chunks = await this.#pipeline((p) => open.forEach((z) => p.zrevrangebyscore(z, max, '-inf', 'WITHSCORES', 'LIMIT', 0, batch)));
+        let bound = -Infinity;
+        const round: { id: string; seq: number }[] = [];
+        let o = 0;
+        drivers.forEach((_, i) => {
+          if (emptyBelow[i]) return;
+          const chunk = chunks[o++] as string[];
+          for (let j = 0; j < chunk.length; j += 2) round.push({ id: chunk[j]!, seq: Number(chunk[j + 1]) });
+          if (chunk.length === 0) emptyBelow[i] = true;
+          else if (chunk.length >= batch * 2) bound = Math.max(bound, Number(chunk[chunk.length - 1]));
+        });
+        // Every zset was short: this round read all that is left.
+        const take = round.filter((x) => x.seq >= bound).sort((a, b) => b.seq - a.seq);
+        (await this.#records(tenantId, take.map((x) => x.id))).forEach(keep);
+        if (bound === -Infinity) break;
+        max = `(${bound}`;
       }
     }
     const shown = hits.slice(0, page.size);
@@ -286,8 +412,9 @@ export class RedisStore implements TokenStore {
 
   /** What the write scripts need for one record; index zsets are computed here, not in Lua. */
   #payload(r: StoredToken) {
-    const zsets = [this.#t(r.tenant_id, 'all'), this.#t(r.tenant_id, 'type', r.type)];
-    if (r.fingerprint !== null) zsets.push(this.#t(r.tenant_id, 'fp', r.fingerprint));
+    const zsets = [this.#t(r.tenant_id, 'all'), this.#t(r.tenant_id, 'type', r.type), this.#t(r.tenant_id, 'ct', r.container)];
+    const dd = r.fingerprint === null ? undefined : this.#t(r.tenant_id, 'dd', r.type, r.container, r.fingerprint);
+    if (r.fingerprint !== null) zsets.push(this.#t(r.tenant_id, 'fp', r.fingerprint), dd!);
     for (const [k, v] of Object.entries(r.metadata)) zsets.push(this.#t(r.tenant_id, 'md', k, v));
     for (const h of new Set(r.index_hashes)) zsets.push(this.#t(r.tenant_id, 'ix', h));
     const expires = timeMs(r.expires_at, 'expires_at');
@@ -295,6 +422,7 @@ export class RedisStore implements TokenStore {
     return {
       key: this.#t(r.tenant_id, 'rec', r.id),
       id: r.id,
+      dd,
       r: encodeRecord(r),
       k: JSON.stringify(zsets),
       e: expires === null ? '' : String(expires),
@@ -304,20 +432,35 @@ export class RedisStore implements TokenStore {
     };
   }
 
-  /** The smallest index zset that every match must be in (the rest is checked per record). */
-  async #driver(tenantId: string, f: TokenFilter): Promise<string> {
+  /**
+   * The zsets to walk: the smallest index zset every match must be in, or the container zsets of
+   * the containers the filter admits (scope and container prefix) when together they are smaller.
+   * So a key that may see few containers reads those, not the tenant's every token; whatever the
+   * walk reads beyond a match is bounded by the smallest of these. No admitted container: none.
+   */
+  async #drivers(tenantId: string, f: TokenFilter): Promise<string[]> {
     const candidates = [this.#t(tenantId, 'all')];
     if (f.type !== undefined) candidates.push(this.#t(tenantId, 'type', f.type));
     if (f.fingerprint !== undefined) candidates.push(this.#t(tenantId, 'fp', f.fingerprint));
     for (const [k, v] of Object.entries(f.metadata ?? {})) candidates.push(this.#t(tenantId, 'md', k, v));
     for (const h of f.index_hashes ?? []) candidates.push(this.#t(tenantId, 'ix', h));
-    if (candidates.length === 1) return candidates[0];
-    const sizes = await this.#pipeline((p) => candidates.forEach((k) => p.zcard(k)));
+    let containers: string[] | null = null;
+    if (f.scope !== undefined || f.container !== undefined) {
+      const all = await this.#call(() => this.#client.smembers(this.#t(tenantId, 'containers')));
+      const admitted = all.filter((c) => scopeAllows(f.scope, c) && (f.container === undefined || c.startsWith(f.container)));
+      if (admitted.length === 0) return [];
+      containers = admitted.sort().map((c) => this.#t(tenantId, 'ct', c));
+    }
+    if (candidates.length === 1 && containers === null) return candidates;
+    const sized = [...candidates, ...(containers ?? [])];
+    const sizes = (await this.#pipeline((p) => sized.forEach((k) => p.zcard(k)))).map(Number);
     let best = 0;
-    sizes.forEach((n, i) => {
-      if (Number(n) < Number(sizes[best])) best = i;
-    });
-    return candidates[best];
+    for (let i = 1; i < candidates.length; i++) if (sizes[i]! < sizes[best]!) best = i;
+    if (containers !== null) {
+      const union = sizes.slice(candidates.length).reduce((a, b) => a + b, 0);
+      if (union <= sizes[best]!) return containers;
+    }
+    return [candidates[best]!];
   }
 
   /** Records (and their sequence numbers) by id, null where missing; expiry is not checked. */

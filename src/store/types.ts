@@ -32,7 +32,18 @@ export interface StoredToken {
   expires_at: string | null;
 }
 
+/**
+ * Which containers a page may show (auth/access.ts searchScope): the first rule whose prefix
+ * starts the token's container decides; a container no rule matches is left out.
+ */
+export interface ScopeRule {
+  prefix: string;
+  allow: boolean;
+}
+
 export interface TokenFilter {
+  /** The caller's permission filter, applied inside the query so pages are full; absent: all containers. */
+  scope?: readonly ScopeRule[];
   type?: string;
   /** Prefix match on the container ("/pci/" matches "/pci/high/"). */
   container?: string;
@@ -80,13 +91,24 @@ export class StoreUnavailableError extends Error {
   }
 }
 
+export interface InsertOptions {
+  /** Per record (same index): deduplicate it (it needs a fingerprint). */
+  dedupe?: readonly boolean[];
+}
+
 export interface TokenStore {
   readonly kind: 'embedded' | 'redis';
   /**
    * Writes every record or none (one transaction / one script). Durable when it resolves.
    * Throws DuplicateTokenError when an id already exists in the tenant (nothing written).
+   *
+   * Deduplication, atomically (`dedupe[i]` true for records[i]): when a live token of the same
+   * tenant, type, container and fingerprint exists (the oldest such), or an earlier record of this
+   * batch is one, records[i] is not written and that token is returned at index i instead; the
+   * check and the write are one step, so N concurrent identical inserts leave one token. Records
+   * written answer null.
    */
-  insertMany(records: StoredToken[]): Promise<void>;
+  insertMany(records: StoredToken[], options?: InsertOptions): Promise<Array<StoredToken | null>>;
   /** Expired tokens (expires_at in the past) are returned as null. */
   get(tenantId: string, id: string): Promise<StoredToken | null>;
   /** Several at once; missing and expired ids are absent from the result. */
@@ -94,8 +116,6 @@ export interface TokenStore {
   /** Replaces an existing record (same tenant and id); false when it does not exist. */
   update(record: StoredToken): Promise<boolean>;
   delete(tenantId: string, id: string): Promise<boolean>;
-  /** The oldest live token of this tenant and type with this fingerprint. */
-  findByFingerprint(tenantId: string, type: string, fingerprint: string): Promise<StoredToken | null>;
   /** Newest first; expired tokens are skipped. */
   list(tenantId: string, filter: TokenFilter, page: Page): Promise<PageResult>;
   /** Clears cvc_sealed of every record whose cvc_expires_at <= now; returns how many. */

@@ -30,7 +30,9 @@ export function luhnValid(digits: string): boolean {
 }
 
 function add(errors: FieldErrors, path: string, message: string): void {
-  (errors[path] ??= []).push(message);
+  // Own members only (a field named "constructor" or "__proto__" is a path like any other).
+  if (Object.hasOwn(errors, path)) errors[path]!.push(message);
+  else Object.defineProperty(errors, path, { value: [message], enumerable: true, writable: true, configurable: true });
 }
 
 /** Validates card `data` at `path` (e.g. "primary_card.data"); returns the card or records errors. */

@@ -6,7 +6,7 @@
 import { containerPattern } from '../config/schema.js';
 import type { FieldErrors } from '../errors.js';
 import { validateCard, type CardData } from './card.js';
-import { compileExpression, ExpressionError, MAX_EXPRESSION_LENGTH } from './expressions.js';
+import { checkDataExpression, ExpressionError, MAX_EXPRESSION_LENGTH } from './expressions.js';
 
 export type TokenType = 'token' | 'card';
 export const TOKEN_TYPES: readonly TokenType[] = ['token', 'card'];
@@ -57,9 +57,24 @@ export function at(path: string, field: string): string {
   return path ? `${path}.${field}` : field;
 }
 
-function add(errors: FieldErrors, path: string, message: string): void {
-  (errors[path] ??= []).push(message);
+/**
+ * Sets an own, enumerable member: `obj[key] = value` would call the `__proto__` setter instead of
+ * storing a member named "__proto__" (user data names members, metadata keys and error paths).
+ */
+export function setOwn<T>(obj: Record<string, T>, key: string, value: T): void {
+  Object.defineProperty(obj, key, { value, enumerable: true, writable: true, configurable: true });
 }
+
+/**
+ * Records `message` under `path`. Own members only: a path named after an Object.prototype
+ * member (`constructor`, `__proto__`, `toString`) is an ordinary path, not a crash (issue 10, 9).
+ */
+export function addFieldError(errors: FieldErrors, path: string, message: string): void {
+  if (Object.hasOwn(errors, path)) errors[path]!.push(message);
+  else setOwn(errors, path, [message]);
+}
+
+const add = addFieldError;
 
 export function plainStringDefinition(path: string, value: string): Definition {
   return {
@@ -78,7 +93,7 @@ function checkExpression(expr: unknown, path: string, errors: FieldErrors): stri
     return null;
   }
   try {
-    compileExpression(expr);
+    checkDataExpression(expr);
     return expr;
   } catch (err) {
     add(errors, path, err instanceof ExpressionError ? err.message : 'invalid expression');
@@ -98,7 +113,7 @@ export function checkMetadata(v: unknown, path: string, errors: FieldErrors): Re
     if (k.length === 0 || k.length > LIMITS.metadataKeyLength) add(errors, `${path}.${k}`, `keys must have 1 to ${LIMITS.metadataKeyLength} characters`);
     else if (typeof val !== 'string') add(errors, `${path}.${k}`, 'must be a string');
     else if (val.length > LIMITS.metadataValueLength) add(errors, `${path}.${k}`, `must be at most ${LIMITS.metadataValueLength} characters`);
-    else out[k] = val;
+    else setOwn(out, k, val);
   }
   return out;
 }

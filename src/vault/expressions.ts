@@ -3,10 +3,16 @@
  * for fingerprints, search indexes and masks. Only output blocks are allowed (no `{% %}` tags),
  * templates are compiled once and cached, and liquidjs' parse/render/memory limits bound the work
  * a hostile expression can ask for. Custom filters are registered here and nowhere else.
+ *
+ * A token's expressions must depend on `data` (checkDataExpression: a constant such as
+ * `{{ "4242…" }}` would turn a fingerprint into an oracle), and a render over data yields at most
+ * MAX_EXPRESSION_OUTPUT_BYTES (4 KB) of UTF-8: more is an ExpressionError like any failure.
  */
 import { Liquid, type Template } from 'liquidjs';
 
 export const MAX_EXPRESSION_LENGTH = 1000;
+/** The most a token expression may yield, in UTF-8 bytes (README: 4 KB). */
+export const MAX_EXPRESSION_OUTPUT_BYTES = 4096;
 const CACHE_LIMIT = 1000;
 
 const engine = new Liquid({
@@ -58,9 +64,43 @@ export function compileExpression(expr: string): Template[] {
   return tpl;
 }
 
-/** Renders an expression over `{ data }`. Errors never carry the data. */
+const dataChecked = new Map<string, string | null>();
+
+/**
+ * Compiles a token expression and checks that it reads `data` and no other name: an expression
+ * that does not depend on the token's data (a constant) is refused. Throws ExpressionError.
+ */
+export function checkDataExpression(expr: string): Template[] {
+  const tpl = compileExpression(expr);
+  let problem = dataChecked.get(expr);
+  if (problem === undefined) {
+    let names: string[];
+    try {
+      names = engine.globalVariablesSync(tpl);
+    } catch {
+      names = [];
+    }
+    if (names.some((n) => n !== 'data')) problem = 'an expression may refer to data only';
+    else if (names.length === 0) problem = 'the expression must depend on data (a constant is not allowed)';
+    else problem = null;
+    if (dataChecked.size >= CACHE_LIMIT) dataChecked.delete(dataChecked.keys().next().value!);
+    dataChecked.set(expr, problem);
+  }
+  if (problem !== null) throw new ExpressionError(problem);
+  return tpl;
+}
+
+/**
+ * Renders a token expression over `{ data }`; more than MAX_EXPRESSION_OUTPUT_BYTES of output is
+ * an ExpressionError like a failed render. Errors never carry the data.
+ */
 export function renderExpression(expr: string, data: unknown): string {
-  return renderInScope(expr, { data });
+  const out = renderInScope(expr, { data });
+  // UTF-8 is at most 3 bytes per UTF-16 unit: count only when it could be over.
+  if (out.length * 3 > MAX_EXPRESSION_OUTPUT_BYTES && Buffer.byteLength(out, 'utf8') > MAX_EXPRESSION_OUTPUT_BYTES) {
+    throw new ExpressionError(`the expression yields more than ${MAX_EXPRESSION_OUTPUT_BYTES} bytes`);
+  }
+  return out;
 }
 
 /** Renders an expression over the given top-level names (e.g. the proxy's `{ tokens }`). */

@@ -1,12 +1,15 @@
 /**
  * PATCH /tokens/{id} as an RFC 7396 merge patch: members replace, `null` removes, objects merge
  * (card `data`, `metadata`). `type`, `id`, `containers` and `created_*` cannot change. The result
- * is validated exactly like a new definition.
+ * is validated exactly like a new definition. It also says which expressions the patch changes
+ * and whether it supplies the token's whole data: the access rule for expressions (an expression
+ * over `data` is a read of `data`) is decided on those in auth/access.ts.
  */
+import type { ExpressionField } from '../auth/access.js';
 import { ServiceError, type FieldErrors } from '../errors.js';
 import type { StoredToken } from '../store/types.js';
 import type { CardData } from './card.js';
-import { parseDefinition, type Definition } from './definition.js';
+import { addFieldError, parseDefinition, type Definition } from './definition.js';
 
 const IMMUTABLE = ['type', 'id', 'containers', 'tenant_id', 'created_by', 'created_at'];
 
@@ -25,12 +28,24 @@ export function mergePatch(target: unknown, patch: unknown): unknown {
   return out;
 }
 
-export function applyPatch(t: StoredToken, current: string | CardData, patch: unknown, now: number): { def: Definition; keepCvc: boolean } {
+export interface PatchResult {
+  def: Definition;
+  keepCvc: boolean;
+  /** Expression fields whose effective value differs from the stored token's (a removal too). */
+  changedExpressions: ExpressionField[];
+  /**
+   * Whether every member of the resulting data comes from the patch (a `token`'s string, or every
+   * field of the card): then the expressions run over data the caller supplied.
+   */
+  suppliesData: boolean;
+}
+
+export function applyPatch(t: StoredToken, current: string | CardData, patch: unknown, now: number): PatchResult {
   if (!isObject(patch)) throw new ServiceError('validation_failed', { detail: 'A merge patch must be a JSON object' });
   const errors: FieldErrors = {};
   for (const k of IMMUTABLE) {
     if (k in patch && patch[k] !== (k === 'containers' ? undefined : (t as unknown as Record<string, unknown>)[k])) {
-      (errors[k] ??= []).push('cannot be changed');
+      addFieldError(errors, k, 'cannot be changed');
     }
   }
   if (Object.keys(errors).length) throw new ServiceError('validation_failed', { detail: 'The patch is invalid; the token is unchanged', errors });
@@ -50,5 +65,12 @@ export function applyPatch(t: StoredToken, current: string | CardData, patch: un
   // A new card number or cvc replaces the retained cvc; otherwise it is kept as it was.
   const dataPatch = rest.data;
   const keepCvc = !(isObject(dataPatch) && ('cvc' in dataPatch || 'number' in dataPatch));
-  return { def, keepCvc };
+  const changedExpressions: ExpressionField[] = [];
+  if (def.fingerprint_expression !== t.fingerprint_expression) changedExpressions.push('fingerprint_expression');
+  if (JSON.stringify(def.search_indexes) !== JSON.stringify(t.search_indexes)) changedExpressions.push('search_indexes');
+  if (def.mask !== t.mask) changedExpressions.push('mask');
+  const suppliesData = typeof def.data === 'string'
+    ? typeof dataPatch === 'string'
+    : isObject(dataPatch) && Object.keys(def.data).every((k) => Object.hasOwn(dataPatch, k) && dataPatch[k] !== null);
+  return { def, keepCvc, changedExpressions, suppliesData };
 }

@@ -5,9 +5,10 @@
  * appears. Reads apply the access rule's transform: reveal, mask or redact.
  */
 import type { Transform } from '../auth/access.js';
+import type { Logger } from '../log.js';
 import type { StoredToken } from '../store/types.js';
 import { maskedCard, revealedCard, type CardData } from './card.js';
-import { renderExpression } from './expressions.js';
+import { ExpressionError, renderExpression } from './expressions.js';
 
 export type TokenRecord = Record<string, unknown>;
 
@@ -17,11 +18,12 @@ function base(t: StoredToken): TokenRecord {
   return r;
 }
 
-function tail(t: StoredToken, r: TokenRecord): TokenRecord {
+/** `showFingerprint`: fingerprints are shown only to keys that may read the token (auth/access.ts). */
+function tail(t: StoredToken, r: TokenRecord, showFingerprint: boolean): TokenRecord {
   if (Object.keys(t.metadata).length > 0) r.metadata = t.metadata;
   if (t.search_indexes.length > 0) r.search_indexes = t.search_indexes;
   if (t.fingerprint_expression !== null) r.fingerprint_expression = t.fingerprint_expression;
-  if (t.fingerprint !== null) r.fingerprint = t.fingerprint;
+  if (t.fingerprint !== null && showFingerprint) r.fingerprint = t.fingerprint;
   if (t.mask !== null) r.mask = t.mask;
   if (t.expires_at !== null) r.expires_at = t.expires_at;
   r.created_by = t.created_by;
@@ -37,16 +39,21 @@ function tail(t: StoredToken, r: TokenRecord): TokenRecord {
  * A record in a tokenize / create response. `card` is the plaintext card (for its mask);
  * `style` says where the masked fields go.
  */
-export function createdRecord(t: StoredToken, card: CardData | null, style: 'mask' | 'data', deduplicated: boolean): TokenRecord {
+export function createdRecord(t: StoredToken, card: CardData | null, style: 'mask' | 'data', deduplicated: boolean, showFingerprint: boolean): TokenRecord {
   const r = base(t);
   if (card) r[style] = maskedCard(card);
-  tail(t, r);
+  tail(t, r, showFingerprint);
   if (deduplicated) r._extras = { deduplicated: true };
   return r;
 }
 
-/** A record in a read, list or search response. `plaintext` is the unsealed data (null when redacted). */
-export function readRecord(t: StoredToken, transform: Transform, plaintext: string | CardData | null): TokenRecord {
+/**
+ * A record in a read, list or search response. `plaintext` is the unsealed data (null when
+ * redacted). A mask that fails to render (or yields more than 4 KB) gives no data for this token,
+ * logged without values, never an error for the whole answer: masks are tried when written, so
+ * this is a token stored before that rule or a render that hit a limit.
+ */
+export function readRecord(t: StoredToken, transform: Transform, plaintext: string | CardData | null, showFingerprint: boolean, log?: Logger): TokenRecord {
   const r = base(t);
   if (transform !== 'redact' && plaintext !== null) {
     if (t.type === 'card') {
@@ -54,10 +61,15 @@ export function readRecord(t: StoredToken, transform: Transform, plaintext: stri
     } else if (transform === 'reveal') {
       r.data = plaintext;
     } else if (t.mask !== null) {
-      r.data = renderExpression(t.mask, plaintext);
+      try {
+        r.data = renderExpression(t.mask, plaintext);
+      } catch (err) {
+        if (!(err instanceof ExpressionError)) throw err;
+        log?.warn({ token_id: t.id, reason: err.message }, 'token mask could not be rendered; the token is shown without data');
+      }
     }
   }
-  return tail(t, r);
+  return tail(t, r, showFingerprint);
 }
 
 /** Whether reading `t` with `transform` needs its plaintext. */

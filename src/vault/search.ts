@@ -4,6 +4,7 @@
  * index, exact), `type`, `fingerprint`, `container` (prefix), `id`, `metadata.<key>`.
  */
 import { ServiceError } from '../errors.js';
+import { setOwn } from './definition.js';
 
 export interface ParsedQuery {
   data: string[];
@@ -34,7 +35,7 @@ export function parseQuery(query: string): ParsedQuery {
     else if (field === 'fingerprint') out.fingerprint = value;
     else if (field === 'container') out.container = value;
     else if (field === 'id') (out.ids ??= []).push(value);
-    else if (field.startsWith('metadata.') && field.length > 9) out.metadata[field.slice(9)] = value;
+    else if (field.startsWith('metadata.') && field.length > 9) setOwn(out.metadata, field.slice(9), value);
     else throw new ServiceError('invalid_query', { detail: 'Unknown search field; use data, type, fingerprint, container, id or metadata.<key>' });
   }
   return out;

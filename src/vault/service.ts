@@ -2,16 +2,20 @@
  * The token service: tokenize, create, read, update, delete, list and search. It plans and
  * validates everything first (pure modules), then seals, then writes one all-or-nothing batch.
  * Plaintext lives only in this process's memory between the request and the seal.
+ *
+ * Every access decision is auth/access.ts's: which transform a read gets, whether a PATCH may
+ * change expressions, whether deduplication may match, whether a fingerprint is shown, and which
+ * containers a page may show (passed to the store as part of its query).
  */
 import { randomUUID } from 'node:crypto';
-import { grant, type Transform } from '../auth/access.js';
+import * as access from '../auth/access.js';
 import type { Principal } from '../auth/keys.js';
-import type { Permission } from '../config/schema.js';
 import { ServiceError, type FieldErrors } from '../errors.js';
+import type { Logger } from '../log.js';
 import { InvalidCursorError } from '../store/factory.js';
 import { DuplicateTokenError, StoreUnavailableError, type StoredToken, type TokenFilter, type TokenStore } from '../store/types.js';
 import type { CardData } from './card.js';
-import { at, type Definition } from './definition.js';
+import { addFieldError, at, type Definition } from './definition.js';
 import { ExpressionError, renderExpression } from './expressions.js';
 import { createdRecord, needsPlaintext, readRecord, type TokenRecord } from './records.js';
 import { parseQuery } from './search.js';
@@ -31,6 +35,8 @@ export interface TokenServiceOptions {
   maxDepth: number;
   cvcRetentionMs: number;
   now?: () => number;
+  /** Where a mask that fails at read time is reported when the caller passes no request logger. */
+  log?: Logger;
 }
 
 export interface ListQuery {
@@ -47,6 +53,12 @@ export interface ListResponse {
 export interface Prepared {
   def: Definition;
   record: StoredToken;
+  /** Whether commit deduplicates it: the definition asks, and the key may read its container. */
+  dedupe: boolean;
+  /**
+   * Set by commit: the existing token the store returned instead of writing `record`, or null.
+   * Only a `dedupe` entry can get one, so the ids of the others are final before commit.
+   */
   deduplicatedFrom: StoredToken | null;
 }
 
@@ -72,7 +84,8 @@ export class TokenService {
     const results = prepared.map(({ def, record, deduplicatedFrom }) => {
       const stored = deduplicatedFrom ?? record;
       if (def.plain) return stored.id;
-      return createdRecord(stored, def.type === 'card' ? (def.data as CardData) : null, style, deduplicatedFrom !== null);
+      const card = def.type === 'card' ? (def.data as CardData) : null;
+      return createdRecord(stored, card, style, deduplicatedFrom !== null, access.showsFingerprint(p.app, stored.container));
     });
     return assemble(body, results);
   }
@@ -85,7 +98,9 @@ export class TokenService {
     const plan = planTokenize(body, { maxDepth: this.opts.maxDepth, maxTokens: 1, now: this.now() });
     const [one] = await this.createAll(p, plan.definitions);
     const { def, record, deduplicatedFrom } = one!;
-    return createdRecord(deduplicatedFrom ?? record, def.type === 'card' ? (def.data as CardData) : null, 'mask', deduplicatedFrom !== null);
+    const stored = deduplicatedFrom ?? record;
+    const card = def.type === 'card' ? (def.data as CardData) : null;
+    return createdRecord(stored, card, 'mask', deduplicatedFrom !== null, access.showsFingerprint(p.app, stored.container));
   }
 
   /** Creates every definition or none. Exposed for reactors and proxy transforms. */
@@ -98,29 +113,25 @@ export class TokenService {
   /**
    * Validates, seals and assigns ids to every definition, writing nothing: a caller that runs
    * several steps (the proxy's request transforms) prepares each and commits them all at once.
-   * Throws validation_failed (naming every bad field) when any definition is invalid.
+   * Throws validation_failed (naming every bad field) when any definition is invalid, 403 when the
+   * key may not create in a definition's container.
    */
   async prepareAll(p: Principal, defs: Definition[]): Promise<Prepared[]> {
-    for (const def of defs) this.authorize(p, 'token:create', def.container);
+    for (const def of defs) access.requireGrant(p.app, 'token:create', def.container);
     const now = this.now();
     const createdAt = new Date(now).toISOString();
     const errors: FieldErrors = {};
     const prepared: Prepared[] = [];
     const seenIds = new Set<string>();
-    const batchByFingerprint = new Map<string, StoredToken>();
     for (const def of defs) {
       const id = def.id ?? randomUUID();
       if (seenIds.has(id)) throw new ServiceError('token_conflict', { detail: 'Two definitions in the request use the same id' });
       seenIds.add(id);
       const record = this.buildRecord(p, def, id, createdAt, now, errors);
       if (!record) continue;
-      let deduplicatedFrom: StoredToken | null = null;
-      if (def.deduplicate && record.fingerprint !== null) {
-        const k = `${def.type}\u0000${record.fingerprint}`;
-        deduplicatedFrom = batchByFingerprint.get(k) ?? (await this.guard(() => this.store.findByFingerprint(p.tenant.id, def.type, record.fingerprint!)));
-        if (!deduplicatedFrom) batchByFingerprint.set(k, record);
-      }
-      prepared.push({ def, record, deduplicatedFrom });
+      // Deduplication matches only tokens the caller could read; otherwise a new token is created.
+      const dedupe = def.deduplicate && record.fingerprint !== null && access.mayDeduplicate(p.app, def.container);
+      prepared.push({ def, record, dedupe, deduplicatedFrom: null });
     }
     if (Object.keys(errors).length > 0) {
       throw new ServiceError('validation_failed', { detail: 'One or more token definitions are invalid; no token was created', errors });
@@ -128,36 +139,61 @@ export class TokenService {
     return prepared;
   }
 
-  /** Writes prepared tokens in one all-or-nothing batch (deduplicated ones are not written again). */
+  /**
+   * Writes prepared tokens in one all-or-nothing batch. A `dedupe` entry whose tenant, type,
+   * container and fingerprint match a live token (or an earlier entry of the batch) is not
+   * written: the store returns that token in the same atomic step, and it lands in
+   * `deduplicatedFrom`.
+   */
   async commit(prepared: readonly Prepared[]): Promise<void> {
-    const toWrite = prepared.filter((x) => x.deduplicatedFrom === null).map((x) => x.record);
-    if (toWrite.length > 0) {
-      try {
-        await this.guard(() => this.store.insertMany(toWrite));
-      } catch (err) {
-        if (err instanceof DuplicateTokenError) throw new ServiceError('token_conflict', { detail: 'A token with this id already exists; no token was created' });
-        throw err;
-      }
+    if (prepared.length === 0) return;
+    let results: Array<StoredToken | null>;
+    try {
+      results = await this.guard(() => this.store.insertMany(prepared.map((x) => x.record), { dedupe: prepared.map((x) => x.dedupe) }));
+    } catch (err) {
+      if (err instanceof DuplicateTokenError) throw new ServiceError('token_conflict', { detail: 'A token with this id already exists; no token was created' });
+      throw err;
     }
+    prepared.forEach((x, i) => {
+      x.deduplicatedFrom = x.dedupe ? (results[i] ?? null) : null;
+    });
   }
 
+  /**
+   * The stored form of a definition. Every expression is tried on the token's own data here:
+   * one that fails, or yields more than 4 KB, is a validation error on its field.
+   */
   private buildRecord(p: Principal, def: Definition, id: string, createdAt: string, now: number, errors: FieldErrors): StoredToken | null {
     const tenantId = p.tenant.id;
     let fingerprint: string | null = null;
     const index_hashes: string[] = [];
-    try {
-      if (def.fingerprint_expression !== null) {
-        fingerprint = this.crypto.fingerprint(tenantId, def.type, renderExpression(def.fingerprint_expression, def.data));
+    let ok = true;
+    const attempt = (field: string, fn: () => void): void => {
+      try {
+        fn();
+      } catch (err) {
+        if (!(err instanceof ExpressionError)) throw err;
+        addFieldError(errors, at(def.path, field), err.message);
+        ok = false;
       }
-      for (const expr of def.search_indexes) {
+    };
+    if (def.fingerprint_expression !== null) {
+      const expr = def.fingerprint_expression;
+      attempt('fingerprint_expression', () => {
+        fingerprint = this.crypto.fingerprint(tenantId, def.type, renderExpression(expr, def.data));
+      });
+    }
+    def.search_indexes.forEach((expr, i) => {
+      attempt(`search_indexes[${i}]`, () => {
         const v = renderExpression(expr, def.data);
         if (v !== '') index_hashes.push(this.crypto.indexHash(tenantId, v));
-      }
-    } catch (err) {
-      if (!(err instanceof ExpressionError)) throw err;
-      (errors[at(def.path, 'search_indexes')] ??= []).push(err.message);
-      return null;
+      });
+    });
+    if (def.mask !== null) {
+      const expr = def.mask;
+      attempt('mask', () => void renderExpression(expr, def.data));
     }
+    if (!ok) return null;
     let plain: string | CardData = def.data;
     let cvc_sealed: string | null = null;
     let cvc_expires_at: string | null = null;
@@ -179,19 +215,24 @@ export class TokenService {
   }
 
   /** GET /tokens/{id}: the read rule's transform applies; other tenants' tokens are 404. */
-  async read(p: Principal, id: string): Promise<TokenRecord> {
+  async read(p: Principal, id: string, log?: Logger): Promise<TokenRecord> {
     const t = await this.guard(() => this.store.get(p.tenant.id, id));
     if (!t) throw new ServiceError('not_found', { detail: 'No token with this id' });
-    return await this.shape(t, this.authorize(p, 'token:read', t.container));
+    return await this.shape(p, t, access.requireGrant(p.app, 'token:read', t.container), log);
   }
 
-  /** PATCH /tokens/{id} (RFC 7396 merge patch). */
-  async update(p: Principal, id: string, patch: unknown): Promise<TokenRecord> {
+  /**
+   * PATCH /tokens/{id} (RFC 7396 merge patch). Changing an expression without supplying the
+   * token's whole data is a read of it: 403 unless the key reads the container with reveal,
+   * checked before any expression is tried on the data.
+   */
+  async update(p: Principal, id: string, patch: unknown, log?: Logger): Promise<TokenRecord> {
     const t = await this.guard(() => this.store.get(p.tenant.id, id));
     if (!t) throw new ServiceError('not_found', { detail: 'No token with this id' });
-    this.authorize(p, 'token:update', t.container);
+    access.requireGrant(p.app, 'token:update', t.container);
     const current = await this.plaintext(t);
     const next = applyPatch(t, current, patch, this.now());
+    access.requireExpressionWrite(p.app, t.container, next.changedExpressions, next.suppliesData);
     const errors: FieldErrors = {};
     const record = this.buildRecord(p, next.def, t.id, t.created_at, this.now(), errors);
     if (!record) throw new ServiceError('validation_failed', { detail: 'The patch is invalid; the token is unchanged', errors });
@@ -203,31 +244,35 @@ export class TokenService {
     record.modified_by = p.app.id;
     record.modified_at = new Date(this.now()).toISOString();
     if (!(await this.guard(() => this.store.update(record)))) throw new ServiceError('not_found', { detail: 'No token with this id' });
-    const readGrant = grant(p.app, 'token:read', record.container) ?? 'redact';
-    return await this.shape(record, readGrant);
+    return await this.shape(p, record, access.readTransform(p.app, record.container), log);
   }
 
   async remove(p: Principal, id: string): Promise<void> {
     const t = await this.guard(() => this.store.get(p.tenant.id, id));
     if (!t) throw new ServiceError('not_found', { detail: 'No token with this id' });
-    this.authorize(p, 'token:delete', t.container);
+    access.requireGrant(p.app, 'token:delete', t.container);
     await this.guard(() => this.store.delete(p.tenant.id, id));
   }
 
-  /** GET /tokens: filters as given. */
-  async list(p: Principal, q: ListQuery): Promise<ListResponse> {
-    const page = await this.guard(() => this.store.list(p.tenant.id, q.filter, { size: q.size, after: q.start }));
+  /**
+   * GET /tokens: filters as given, within the containers the key may search. That scope is part
+   * of the store's query, so a page holds `size` records whenever that many match.
+   */
+  async list(p: Principal, q: ListQuery, log?: Logger): Promise<ListResponse> {
+    const filter: TokenFilter = { ...q.filter, scope: access.searchScope(p.app) };
+    if (filter.scope === undefined) delete filter.scope;
+    const page = await this.guard(() => this.store.list(p.tenant.id, filter, { size: q.size, after: q.start }));
     const data: TokenRecord[] = [];
     for (const t of page.items) {
-      // Tokens in containers this key may not search are left out of its pages.
-      if (grant(p.app, 'token:search', t.container) === null) continue;
-      data.push(await this.shape(t, grant(p.app, 'token:read', t.container) ?? 'redact'));
+      // The store applied the scope; a record outside it would be a store bug, never shown.
+      if (access.grant(p.app, 'token:search', t.container) === null) continue;
+      data.push(await this.shape(p, t, access.readTransform(p.app, t.container), log));
     }
     return { pagination: { page_size: q.size, next: page.next }, data };
   }
 
   /** POST/GET /tokens/search: the query language of vault/search.ts. */
-  async search(p: Principal, query: string, size: number, start: string | null): Promise<ListResponse> {
+  async search(p: Principal, query: string, size: number, start: string | null, log?: Logger): Promise<ListResponse> {
     const parsed = parseQuery(query);
     const filter: TokenFilter = {};
     if (parsed.type !== undefined) filter.type = parsed.type;
@@ -236,7 +281,7 @@ export class TokenService {
     if (parsed.ids) filter.ids = parsed.ids;
     if (Object.keys(parsed.metadata).length > 0) filter.metadata = parsed.metadata;
     if (parsed.data.length > 0) filter.index_hashes = parsed.data.map((v) => this.crypto.indexHash(p.tenant.id, v));
-    return this.list(p, { filter, size, start });
+    return this.list(p, { filter, size, start }, log);
   }
 
   /** Unsealed data of a stored token (cvc excluded). */
@@ -245,14 +290,9 @@ export class TokenService {
     return JSON.parse(json) as string | CardData;
   }
 
-  private async shape(t: StoredToken, transform: Transform): Promise<TokenRecord> {
-    return readRecord(t, transform, needsPlaintext(t, transform) ? await this.plaintext(t) : null);
-  }
-
-  private authorize(p: Principal, permission: Permission, container: string): Transform {
-    const g = grant(p.app, permission, container);
-    if (g === null) throw new ServiceError('forbidden', { detail: `The key lacks ${permission} on container ${container}` });
-    return g;
+  private async shape(p: Principal, t: StoredToken, transform: access.Transform, log?: Logger): Promise<TokenRecord> {
+    const plaintext = needsPlaintext(t, transform) ? await this.plaintext(t) : null;
+    return readRecord(t, transform, plaintext, access.showsFingerprint(p.app, t.container), log ?? this.opts.log);
   }
 
   /** Store failures become 503 store_unavailable; everything else passes. */

@@ -4,7 +4,19 @@
  */
 import type { Test } from 'tap';
 
-import { APP_PRIVATE, KEYS, TENANT_A, startTestService, type StartTestOptions, type TestService } from '../helpers/service.js';
+import { APP_PRIVATE, baseConfig, KEYS, TENANT_A, startTestService, type StartTestOptions, type TestService } from '../helpers/service.js';
+
+/** A key that may create (and read) in /general/ only. */
+const GENERAL_ONLY_KEY = 'test_general_only_key_000000000000';
+
+function withGeneralOnlyApp(): Record<string, unknown> {
+  const c = baseConfig() as { tenants: Array<{ applications: unknown[] }> };
+  c.tenants[0]!.applications.push({
+    id: 'aaaaaaaa-0000-4000-8000-000000000006', name: 'general-only', type: 'private', keys: [GENERAL_ONLY_KEY], permissions: [],
+    rules: [{ priority: 1, container: '/general/', permissions: ['token:create', 'token:read'], transform: 'reveal' }],
+  });
+  return c;
+}
 
 /** Runs the suite against the store that `options` configures. */
 export function tokenizeSuite(t: Test, options: (t: Test) => Promise<StartTestOptions>): void {
@@ -179,11 +191,27 @@ export function tokenizeSuite(t: Test, options: (t: Test) => Promise<StartTestOp
     }
   });
 
-  t.test('a public key may create tokens; a card in a container it may not use is 403', async (t) => {
+  t.test('a public key may create tokens but not read them (403: it lacks token:read)', async (t) => {
     const r = await s.call('POST', '/tokenize', { key: KEYS.public, body: { c: card() } });
     t.equal(r.status, 200);
     const read = await s.call('GET', `/tokens/${r.body.c.id}`, { key: KEYS.public });
     t.equal(read.status, 403);
+  });
+
+  t.test('a card in a container the key may not create in is 403, and nothing of the request is created', async (t) => {
+    const own = await startTestService(t, { ...(await options(t)), config: withGeneralOnlyApp() });
+    const count = async () => (await own.call('GET', '/tokens?size=100')).body.data.length as number;
+    const ok = await own.call('POST', '/tokenize', { key: GENERAL_ONLY_KEY, body: { s: 'plain', t: { type: 'token', data: 'v', containers: ['/general/low/'] } } });
+    t.equal(ok.status, 200, 'plain strings (/general/high/) and /general/low/ are allowed');
+    const before = await count();
+    const denied = await own.call('POST', '/tokenize', { key: GENERAL_ONLY_KEY, body: { first: 'allowed', c: card() } });
+    t.equal(denied.status, 403, "a card's default container /pci/high/ is not");
+    t.equal(denied.body.code, 'forbidden');
+    t.match(denied.body.detail, /token:create on container \/pci\/high\//);
+    t.notOk(denied.text.includes(VISA));
+    const explicit = await own.call('POST', '/tokens', { key: GENERAL_ONLY_KEY, body: { type: 'token', data: 'v', containers: ['/pci/low/'] } });
+    t.equal(explicit.status, 403, 'nor a container named in the definition');
+    t.equal(await count(), before, 'nothing created by the refused requests');
   });
 
   t.test('custom ids, containers, expires_at and deduplicate_token', async (t) => {

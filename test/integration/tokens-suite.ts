@@ -1,6 +1,19 @@
 /** The token API over real HTTP: create, read (reveal/mask/redact), patch, delete, list, search, tenancy. */
 import type { Test } from 'tap';
-import { APP_PRIVATE, KEYS, startTestService, type StartTestOptions, type TestService } from '../helpers/service.js';
+import { KeyRing } from '../../src/crypto/keyring.js';
+import { APP_PRIVATE, baseConfig, KEYS, TENANT_A, startTestService, type StartTestOptions, type TestService } from '../helpers/service.js';
+
+/** A key whose one access rule reads and searches everything with `redact`. */
+const REDACT_KEY = 'test_redact_key_ffffffffffffffffff';
+
+function withRedactApp(): Record<string, unknown> {
+  const c = baseConfig() as { tenants: Array<{ applications: unknown[] }> };
+  c.tenants[0]!.applications.push({
+    id: 'aaaaaaaa-0000-4000-8000-000000000005', name: 'redactor', type: 'private', keys: [REDACT_KEY], permissions: [],
+    rules: [{ priority: 1, container: '/', permissions: ['token:read', 'token:search'], transform: 'redact' }],
+  });
+  return c;
+}
 
 /** Runs the suite against the store that `options` configures. */
 export function tokensSuite(t: Test, options: (t: Test) => Promise<StartTestOptions>): void {
@@ -34,7 +47,53 @@ export function tokensSuite(t: Test, options: (t: Test) => Promise<StartTestOpti
     t.equal((await s.call('GET', `/tokens/${c.body.id}`, { key: KEYS.masked })).body.data, 'XXXXXXX6789');
     const plain = await s.call('POST', '/tokens', { body: { type: 'token', data: 'abc' } });
     const m = await s.call('GET', `/tokens/${plain.body.id}`, { key: KEYS.masked });
-    t.notOk('data' in m.body, 'no mask expression: redacted');
+    t.notOk('data' in m.body, 'a mask read of a token without a mask expression: no data');
+  });
+
+  t.test('a redact rule: no data for cards and tokens (mask expression or not), in reads, lists and searches', async (t) => {
+    const own = await startTestService(t, { ...(await options(t)), config: withRedactApp() });
+    const c = await own.call('POST', '/tokens', { body: { ...card, search_indexes: ['{{ data.number | last4 }}'] } });
+    const k = await own.call('POST', '/tokens', { body: { type: 'token', data: 'redact-me-1234', mask: '{{ data | reveal_last: 4 }}', search_indexes: ['{{ data | last4 }}'] } });
+    for (const id of [c.body.id, k.body.id]) {
+      const r = await own.call('GET', `/tokens/${id}`, { key: REDACT_KEY });
+      t.equal(r.status, 200);
+      t.notOk('data' in r.body, 'no data');
+      t.ok('fingerprint_expression' in r.body || r.body.type === 'token', 'the rest of the record is there');
+      t.notOk(r.text.includes(VISA) || r.text.includes('1234'), 'no plaintext, not even masked digits');
+    }
+    t.equal((await own.call('GET', `/tokens/${c.body.id}`, { key: REDACT_KEY })).body.fingerprint, c.body.fingerprint, 'a redact reader may read: it sees the fingerprint');
+    const list = await own.call('GET', '/tokens', { key: REDACT_KEY });
+    t.same(list.body.data.map((x: { id: string }) => x.id), [k.body.id, c.body.id]);
+    t.ok(list.body.data.every((x: object) => !('data' in x)), 'lists are redacted');
+    const found = await own.call('POST', '/tokens/search', { key: REDACT_KEY, body: { query: 'data:4242' } });
+    t.same(found.body.data.map((x: { id: string }) => x.id), [c.body.id]);
+    t.notOk('data' in found.body.data[0]);
+    t.equal((await own.call('DELETE', `/tokens/${c.body.id}`, { key: REDACT_KEY })).status, 403, 'the rule grants read and search only');
+  });
+
+  t.test('PATCH of the cvc: replaces the retained cvc, never returns it; other patches keep it, a new number drops it', async (t) => {
+    const ring = await KeyRing.open(Buffer.from(s.masterKey, 'base64'), s.svc.store);
+    const cvcOf = async (id: string) => {
+      const stored = await s.svc.store.get(TENANT_A, id);
+      return stored?.cvc_sealed ? ring.unseal(stored.cvc_sealed, `${TENANT_A}:${id}:cvc`) : null;
+    };
+    const merge = { 'content-type': 'application/merge-patch+json' };
+    const c = await s.call('POST', '/tokens', { body: card });
+    t.equal(await cvcOf(c.body.id), '987', 'the cvc is retained sealed');
+    const p = await s.call('PATCH', `/tokens/${c.body.id}`, { body: { data: { cvc: '4321' } }, headers: merge });
+    t.equal(p.status, 200);
+    t.same(p.body.data, { number: VISA, expiration_month: 7, expiration_year: 2031 }, 'the rest of the card is unchanged');
+    t.notOk(p.text.includes('4321') || p.text.includes('"cvc"'), 'the cvc is not in the answer');
+    t.equal(await cvcOf(c.body.id), '4321', 'the new cvc replaced the old one');
+    t.equal((await s.call('PATCH', `/tokens/${c.body.id}`, { body: { metadata: { m: '1' } }, headers: merge })).status, 200);
+    t.equal(await cvcOf(c.body.id), '4321', 'a patch without cvc or number keeps it');
+    const bad = await s.call('PATCH', `/tokens/${c.body.id}`, { body: { data: { cvc: '12' } }, headers: merge });
+    t.equal(bad.status, 400);
+    t.ok(bad.body.errors['data.cvc']);
+    t.notOk(bad.text.includes('"12"'), 'the value is not echoed');
+    t.equal(await cvcOf(c.body.id), '4321', 'a refused patch changes nothing');
+    t.equal((await s.call('PATCH', `/tokens/${c.body.id}`, { body: { data: { number: '5555555555554444' } }, headers: merge })).status, 200);
+    t.equal(await cvcOf(c.body.id), null, 'a new number without a cvc drops the old cvc');
   });
 
   t.test('other tenants see 404; missing permission is 403; unknown id 404', async (t) => {

@@ -33,6 +33,11 @@ async function ids(store: TokenStore, filter: TokenFilter, tenant = TENANT_A): P
   return (await store.list(tenant, filter, { size: 100, after: null })).items.map((r) => r.id);
 }
 
+/** Inserts the records with deduplication; per record the id of the token matched, or null when written. */
+async function dedupeIds(store: TokenStore, records: StoredToken[]): Promise<(string | null)[]> {
+  return (await store.insertMany(records, { dedupe: records.map(() => true) })).map((r) => r?.id ?? null);
+}
+
 export function runContract(t: Test, makeStore: MakeStore): void {
   t.test('insertMany then get / getMany return the records as written', async (t) => {
     const s = await makeStore(t);
@@ -98,9 +103,12 @@ export function runContract(t: Test, makeStore: MakeStore): void {
     t.same(await ids(s, { metadata: { k: 'new' } }), [first.id]);
     t.same(await ids(s, { index_hashes: ['old'] }), []);
     t.same(await ids(s, { index_hashes: ['new'] }), [first.id]);
-    t.equal(await s.findByFingerprint(TENANT_A, 'token', 'fp-old'), null);
-    t.equal((await s.findByFingerprint(TENANT_A, 'token', 'fp-new'))?.id, first.id);
+    t.same(await ids(s, { fingerprint: 'fp-old' }), []);
+    t.same(await ids(s, { fingerprint: 'fp-new' }), [first.id]);
     t.same(await ids(s, {}), [second.id, first.id], 'order by creation, not by update');
+    t.same(await dedupeIds(s, [makeRecord({ fingerprint: 'fp-new' })]), [first.id], 'the new fingerprint deduplicates to the patched token');
+    t.same(await dedupeIds(s, [makeRecord({ fingerprint: 'fp-old', id: 'old-fp' })]), [null], 'the old one to nothing');
+    await s.delete(TENANT_A, 'old-fp');
     t.equal(await s.update(makeRecord()), false, 'missing id');
     t.equal(await s.update({ ...changed, tenant_id: TENANT_B }), false, 'other tenant');
   });
@@ -114,7 +122,9 @@ export function runContract(t: Test, makeStore: MakeStore): void {
     t.equal(await s.get(TENANT_A, r.id), null);
     t.same(await ids(s, { metadata: { m: '1' } }), []);
     t.same(await ids(s, { index_hashes: ['h'] }), []);
-    t.equal(await s.findByFingerprint(TENANT_A, 'token', 'fp'), null);
+    t.same(await ids(s, { fingerprint: 'fp' }), []);
+    t.same(await dedupeIds(s, [makeRecord({ fingerprint: 'fp', id: 'after-delete' })]), [null], 'a deleted token is not matched');
+    await s.delete(TENANT_A, 'after-delete');
     t.equal(await s.purgeCvc(new Date(Date.now() + 2 * HOUR)), 0, 'its cvc is gone too');
     t.equal(await s.delete(TENANT_A, r.id), false, 'second delete');
     await s.insertMany([r]);
@@ -130,7 +140,7 @@ export function runContract(t: Test, makeStore: MakeStore): void {
     t.same(await s.get(TENANT_A, 'shared-id'), a);
     t.same(await s.get(TENANT_B, 'shared-id'), b);
     t.same(await ids(s, {}, TENANT_B), ['shared-id']);
-    t.equal((await s.findByFingerprint(TENANT_B, 'token', 'fp'))?.sealed, 'v1.k1.other');
+    t.same(await dedupeIds(s, [{ ...makeRecord({ fingerprint: 'fp' }), tenant_id: TENANT_B }]), ['shared-id'], 'deduplicates within B');
     t.equal(await s.delete(TENANT_A, 'shared-id'), true);
     t.same(await s.get(TENANT_B, 'shared-id'), b, 'B untouched by A');
     t.same(await ids(s, { index_hashes: ['h'], metadata: { m: 'v' } }, TENANT_B), ['shared-id']);
@@ -213,7 +223,7 @@ export function runContract(t: Test, makeStore: MakeStore): void {
     t.equal(await s.get(TENANT_A, old.id), null);
     t.same((await s.getMany(TENANT_A, [old.id, live.id])).map((r) => r.id), [live.id]);
     t.same(await ids(s, { index_hashes: ['h'] }), [live.id]);
-    t.equal((await s.findByFingerprint(TENANT_A, 'token', 'fp'))?.id, live.id, 'oldest live, not oldest');
+    t.same(await dedupeIds(s, [makeRecord({ fingerprint: 'fp' })]), [live.id], 'deduplicates to the oldest live, not the oldest');
     t.equal(await s.update({ ...old, metadata: { x: 'y' } }), false);
     t.equal(await s.delete(TENANT_A, old.id), false);
   });
@@ -234,18 +244,110 @@ export function runContract(t: Test, makeStore: MakeStore): void {
     t.same((await s.get(TENANT_A, due.id))?.sealed, due.sealed, 'the rest of the record stays');
   });
 
-  t.test('findByFingerprint: oldest live token of the tenant and type', async (t) => {
+  t.test('deduplicating inserts: the oldest live token of the tenant, type, container and fingerprint', async (t) => {
     const s = await makeStore(t);
     const first = makeRecord({ fingerprint: 'same' });
     const second = makeRecord({ fingerprint: 'same' });
     const card = makeRecord({ fingerprint: 'same', type: 'card' });
-    await s.insertMany([first]);
-    await s.insertMany([second, card]);
-    t.equal((await s.findByFingerprint(TENANT_A, 'token', 'same'))?.id, first.id);
-    t.equal((await s.findByFingerprint(TENANT_A, 'card', 'same'))?.id, card.id);
-    t.equal(await s.findByFingerprint(TENANT_A, 'token', 'other'), null);
+    const elsewhere = makeRecord({ fingerprint: 'same', container: '/general/low/' });
+    t.same(await dedupeIds(s, [first]), [null], 'nothing to match: written');
+    await s.insertMany([second, card, elsewhere]);
+    t.same(await dedupeIds(s, [makeRecord({ fingerprint: 'same' })]), [first.id], 'the oldest');
+    t.same(await dedupeIds(s, [makeRecord({ fingerprint: 'same', type: 'card' })]), [card.id], 'by type');
+    t.same(await dedupeIds(s, [makeRecord({ fingerprint: 'same', container: '/general/low/' })]), [elsewhere.id], 'by container');
+    t.same(await dedupeIds(s, [makeRecord({ fingerprint: 'same', container: '/general/' })]), [null], 'containers are exact, not prefixes');
+    t.same(await dedupeIds(s, [{ ...makeRecord({ fingerprint: 'same' }), tenant_id: TENANT_B }]), [null], 'by tenant');
     await s.delete(TENANT_A, first.id);
-    t.equal((await s.findByFingerprint(TENANT_A, 'token', 'same'))?.id, second.id);
+    t.same(await dedupeIds(s, [makeRecord({ fingerprint: 'same' })]), [second.id], 'the next oldest once the first is gone');
+    const before = (await ids(s, {})).length;
+    const returned = await s.insertMany([makeRecord({ fingerprint: 'same' })], { dedupe: [true] });
+    t.same(returned[0], await s.get(TENANT_A, second.id), 'the matched token is returned whole');
+    t.equal((await ids(s, {})).length, before, 'and nothing is written');
+    t.same(await s.insertMany([makeRecord({ fingerprint: 'same' })]), [null], 'without dedupe: written');
+  });
+
+  t.test('deduplicating inserts within one batch, and a duplicate id still fails the batch', async (t) => {
+    const s = await makeStore(t);
+    const a = makeRecord({ fingerprint: 'b1' });
+    const b = makeRecord({ fingerprint: 'b1' });
+    const c = makeRecord({ fingerprint: 'b2' });
+    t.same(await dedupeIds(s, [a, b, c]), [null, a.id, null], 'the second matches the first of the batch');
+    t.same(await ids(s, {}), [c.id, a.id]);
+    const plainFirst = makeRecord({ fingerprint: 'b1' });
+    const matched = await s.insertMany([plainFirst, makeRecord({ fingerprint: 'b1' })], { dedupe: [false, true] });
+    t.same(matched.map((r) => r?.id ?? null), [null, a.id], 'a stored token wins over an earlier record of the batch');
+    await s.delete(TENANT_A, plainFirst.id);
+    const existing = makeRecord();
+    await s.insertMany([existing]);
+    const d = makeRecord({ fingerprint: 'b3' });
+    const err = await caught(s.insertMany([d, { ...makeRecord({ fingerprint: 'b1' }), id: existing.id }, makeRecord()], { dedupe: [true, false, true] }));
+    t.ok(err instanceof DuplicateTokenError, 'a duplicate id among the records written');
+    t.equal(await s.get(TENANT_A, d.id), null, 'nothing written');
+    const deduped = await s.insertMany([{ ...makeRecord({ fingerprint: 'b1' }), id: existing.id }], { dedupe: [true] });
+    t.equal(deduped[0]?.id, a.id, 'a record that deduplicates is not written, so its id does not conflict');
+  });
+
+  t.test('deduplicating inserts are atomic: concurrent identical inserts leave one token', async (t) => {
+    const s = await makeStore(t);
+    const results = await Promise.all(Array.from({ length: 20 }, () => s.insertMany([makeRecord({ fingerprint: 'race' })], { dedupe: [true] })));
+    t.equal(results.filter((r) => r[0] === null).length, 1, 'one insert wrote');
+    const stored = await ids(s, { fingerprint: 'race' });
+    t.equal(stored.length, 1, 'one token');
+    t.same(new Set(results.map((r) => r[0]?.id ?? stored[0])), new Set(stored), 'every other insert got that token');
+  });
+
+  t.test('an expired token is not matched; its successor takes its place', async (t) => {
+    const s = await makeStore(t);
+    const holder = makeRecord({ fingerprint: 'exp', expires_at: iso(HOUR) });
+    t.same(await dedupeIds(s, [holder]), [null], 'written: it holds the fingerprint');
+    t.equal(await s.update({ ...holder, expires_at: iso(-1) }), true, 'then it expires');
+    const later = makeRecord({ fingerprint: 'exp' });
+    t.same(await dedupeIds(s, [later]), [null], 'an expired token is not matched: written');
+    t.same(await dedupeIds(s, [makeRecord({ fingerprint: 'exp' })]), [later.id], 'and matched from then on');
+  });
+
+  t.test('scope: the first prefix that starts a container decides; none: left out', async (t) => {
+    const s = await makeStore(t);
+    const made: Record<string, StoredToken> = {};
+    for (const c of ['/a/', '/a/x/', '/a/x/y/', '/b/', '/bc/', '/c/']) {
+      made[c] = makeRecord({ container: c, type: c === '/b/' ? 'card' : 'token' });
+      await s.insertMany([made[c]!]);
+    }
+    const id = (...cs: string[]) => cs.map((c) => made[c]!.id).reverse();
+    t.same(await ids(s, { scope: [{ prefix: '/a/x/', allow: false }, { prefix: '/a/', allow: true }] }), id('/a/'), 'a denial before a grant');
+    t.same(await ids(s, { scope: [{ prefix: '/a/', allow: true }, { prefix: '/a/x/', allow: false }] }), id('/a/', '/a/x/', '/a/x/y/'), 'order decides');
+    t.same(await ids(s, { scope: [{ prefix: '/b/', allow: true }] }), id('/b/'), 'segment-aware: /bc/ is not under /b/');
+    t.same(await ids(s, { scope: [{ prefix: '/a/x/y/', allow: true }, { prefix: '/c/', allow: true }] }), id('/a/x/y/', '/c/'));
+    t.same(await ids(s, { scope: [] }), [], 'an empty scope shows nothing');
+    t.same(await ids(s, { scope: [{ prefix: '/', allow: false }] }), []);
+    t.same(await ids(s, { scope: [{ prefix: '/', allow: true }] }), id('/a/', '/a/x/', '/a/x/y/', '/b/', '/bc/', '/c/'));
+    t.same(await ids(s, { scope: [{ prefix: '/a/', allow: true }], container: '/a/x/' }), id('/a/x/', '/a/x/y/'), 'with a container filter');
+    t.same(await ids(s, { scope: [{ prefix: '/a/', allow: true }], type: 'card' }), [], 'with a type filter');
+    t.same(await ids(s, { scope: [{ prefix: '/b', allow: true }], type: 'card' }), id('/b/'));
+    t.same(await ids(s, { scope: [{ prefix: '/a/', allow: true }], ids: [made['/b/']!.id, made['/a/']!.id] }), id('/a/'), 'with an id list');
+  });
+
+  t.test('scope: pages are full and the cursor walks past what the scope leaves out', async (t) => {
+    const s = await makeStore(t);
+    const seen: string[] = [];
+    for (let i = 0; i < 60; i++) {
+      const r = makeRecord({ container: ['/in/', '/out/', '/in/deep/', '/other/'][i % 4], metadata: { n: String(i % 3) } });
+      await s.insertMany([r]);
+      if (r.container.startsWith('/in/')) seen.push(r.id);
+    }
+    const expected = seen.reverse();
+    const scope = [{ prefix: '/in/', allow: true }];
+    const got: string[] = [];
+    let after: string | null = null;
+    do {
+      const page = await s.list(TENANT_A, { scope }, { size: 7, after });
+      if (page.next !== null) t.equal(page.items.length, 7, 'a page before the last is full');
+      got.push(...page.items.map((r) => r.id));
+      after = page.next;
+    } while (after !== null);
+    t.same(got, expected);
+    const withMeta = await s.list(TENANT_A, { scope, metadata: { n: '0' } }, { size: 100, after: null });
+    t.ok(withMeta.items.length > 0 && withMeta.items.every((r) => r.container.startsWith('/in/') && r.metadata.n === '0'));
   });
 
   t.test('data keys: first write of a kid wins, concurrent adds converge', async (t) => {

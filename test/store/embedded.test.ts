@@ -9,7 +9,9 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import Database from 'better-sqlite3';
 import { runContract, makeRecord, TENANT_A } from './contract.js';
+import { encodeRecord } from '../../src/store/codec.js';
 import { EmbeddedStore } from '../../src/store/embedded.js';
 import { createStore } from '../../src/store/factory.js';
 import { KeyRing } from '../../src/crypto/keyring.js';
@@ -135,4 +137,76 @@ t.test('an unopenable path is a StoreUnavailableError naming the path, not a cra
   const blocker = join(dir, 'file');
   writeFileSync(blocker, 'x'); // a file where a directory should be
   t.throws(() => new EmbeddedStore(join(blocker, 'tokens.db')), { name: 'StoreUnavailableError', message: /cannot open the embedded store/ });
+});
+
+/** The schema of version 1, as that release created it (tables only; it had no dedupe_key). */
+const SCHEMA_V1 = `
+CREATE TABLE tokens (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  tenant_id TEXT NOT NULL, id TEXT NOT NULL, type TEXT NOT NULL, container TEXT NOT NULL,
+  fingerprint TEXT, expires_ms INTEGER, cvc_sealed TEXT, cvc_expires_ms INTEGER,
+  record TEXT NOT NULL,
+  UNIQUE (tenant_id, id)
+);
+CREATE INDEX tokens_by_tenant ON tokens (tenant_id, seq);
+CREATE INDEX tokens_by_type ON tokens (tenant_id, type, seq);
+CREATE INDEX tokens_by_fingerprint ON tokens (tenant_id, fingerprint, seq) WHERE fingerprint IS NOT NULL;
+CREATE INDEX tokens_cvc_due ON tokens (cvc_expires_ms) WHERE cvc_sealed IS NOT NULL;
+CREATE TABLE token_index_hashes (
+  tenant_id TEXT NOT NULL, hash TEXT NOT NULL,
+  seq INTEGER NOT NULL REFERENCES tokens (seq) ON DELETE CASCADE,
+  PRIMARY KEY (tenant_id, hash, seq)
+) WITHOUT ROWID;
+CREATE INDEX token_index_hashes_by_seq ON token_index_hashes (seq);
+CREATE TABLE token_metadata (
+  tenant_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+  seq INTEGER NOT NULL REFERENCES tokens (seq) ON DELETE CASCADE,
+  PRIMARY KEY (tenant_id, key, value, seq)
+) WITHOUT ROWID;
+CREATE INDEX token_metadata_by_seq ON token_metadata (seq);
+CREATE TABLE data_keys (
+  ord INTEGER PRIMARY KEY AUTOINCREMENT,
+  kid TEXT NOT NULL UNIQUE, wrapped TEXT NOT NULL, created_at TEXT NOT NULL
+);
+PRAGMA user_version = 1;`;
+
+t.test('a version 1 file, duplicate fingerprints included, migrates to version 2 and deduplicates atomically', async (t) => {
+  const path = join(tempDir(t), 'tokens.db');
+  const old = new Database(path);
+  old.pragma('journal_mode = WAL');
+  old.exec(SCHEMA_V1);
+  // The non-atomic dedupe of version 1 could leave two tokens with one fingerprint in one container.
+  const twins = [makeRecord({ fingerprint: 'fp-twin' }), makeRecord({ fingerprint: 'fp-twin' })];
+  const insert = old.prepare('INSERT INTO tokens (tenant_id, id, type, container, fingerprint, record) VALUES (?, ?, ?, ?, ?, ?)');
+  for (const r of twins) insert.run(r.tenant_id, r.id, r.type, r.container, r.fingerprint, encodeRecord(r));
+  old.close();
+
+  const store = new EmbeddedStore(path);
+  t.teardown(() => store.close());
+  const check = new Database(path, { readonly: true });
+  t.teardown(() => check.close());
+  t.equal(check.pragma('user_version', { simple: true }), 2, 'the file is at version 2');
+  t.ok(check.prepare("SELECT 1 FROM sqlite_master WHERE name = 'tokens_dedupe'").get(), 'with the unique index');
+  t.same(await store.get(TENANT_A, twins[0]!.id), twins[0], 'old records read as before');
+  t.same((await store.list(TENANT_A, {}, { size: 10, after: null })).items.map((r) => r.id), [twins[1]!.id, twins[0]!.id]);
+  const results = await Promise.all(Array.from({ length: 10 }, () => store.insertMany([makeRecord({ fingerprint: 'fp-twin' })], { dedupe: [true] })));
+  t.ok(results.every((r) => r[0]?.id === twins[0]!.id), 'deduplicates to the oldest of the twins');
+  const fresh = await Promise.all(Array.from({ length: 10 }, () => store.insertMany([makeRecord({ fingerprint: 'fp-new' })], { dedupe: [true] })));
+  t.equal(fresh.filter((r) => r[0] === null).length, 1, 'ten concurrent identical inserts write one token');
+  t.equal((check.prepare("SELECT count(*) AS n FROM tokens WHERE fingerprint = 'fp-new'").get() as { n: number }).n, 1, 'one row on disk');
+  await store.close();
+  const again = new EmbeddedStore(path);
+  t.teardown(() => again.close());
+  t.equal((await again.list(TENANT_A, {}, { size: 10, after: null })).items.length, 3, 'opening a version 2 file again changes nothing');
+});
+
+t.test('a file newer than this code is refused, and left as it was', async (t) => {
+  const path = join(tempDir(t), 'tokens.db');
+  const db = new Database(path);
+  db.pragma('user_version = 3');
+  db.close();
+  t.throws(() => new EmbeddedStore(path), { name: 'StoreUnavailableError', message: /cannot open the embedded store/ });
+  const check = new Database(path, { readonly: true });
+  t.teardown(() => check.close());
+  t.equal(check.pragma('user_version', { simple: true }), 3);
 });

@@ -10,6 +10,7 @@ import { redisForFile } from '../helpers/redis.js';
 import { cvcPattern, randomCard, randomCvc } from '../helpers/secrets.js';
 import { runContract, makeRecord, TENANT_A } from './contract.js';
 import { RedisStore } from '../../src/store/redis.js';
+import { encodeRecord } from '../../src/store/codec.js';
 import { createStore } from '../../src/store/factory.js';
 import { KeyRing } from '../../src/crypto/keyring.js';
 import { StoreUnavailableError } from '../../src/store/types.js';
@@ -94,6 +95,48 @@ if (redis) {
     t.equal(KeyRing.kidOf(sealed), 'k2');
     const err = await KeyRing.open(randomBytes(32), a).then(() => null, (e: unknown) => e);
     t.match(err, { name: 'MasterKeyMismatchError', message: /the master key does not match the store/ });
+  });
+
+  t.test('records of layout 1 are migrated on connect: scoped lists and deduplication find them', async (t) => {
+    const prefix = `${redis.prefix}layout1:`;
+    const client = raw(t);
+    const tk = (...parts: string[]) => `${prefix}t:${encodeURIComponent(TENANT_A)}:${parts.map(encodeURIComponent).join(':')}`;
+    // Two tokens as layout 1 wrote them: a hash {r, k, s, e} and the zsets named in k (no ct, dd, containers).
+    // md:rec:x (a metadata key "rec") matches SCAN's record pattern too: the migration must skip it.
+    const old = [makeRecord({ fingerprint: 'fp-old', id: 'old:1' }), makeRecord({ fingerprint: 'fp-old', container: '/pci/high/', metadata: { rec: 'x' } })];
+    for (const [i, r] of old.entries()) {
+      const zsets = [tk('all'), tk('type', r.type), tk('fp', r.fingerprint!), ...Object.entries(r.metadata).map(([k, v]) => tk('md', k, v))];
+      await client.hset(tk('rec', r.id), 'r', encodeRecord(r), 'k', JSON.stringify(zsets), 's', String(i + 1), 'e', '');
+      for (const z of zsets) await client.zadd(z, i + 1, r.id);
+    }
+    await client.set(tk('seq'), '2');
+    const store = await open(t, prefix);
+    t.equal(await client.hget(`${prefix}meta`, 'version'), '2', 'layout version 2 recorded');
+    t.same((await store.list(TENANT_A, { scope: [{ prefix: '/general/', allow: true }] }, { size: 10, after: null })).items.map((r) => r.id), [old[0]!.id], 'a scoped list finds the old token');
+    t.same((await store.list(TENANT_A, { container: '/pci/' }, { size: 10, after: null })).items.map((r) => r.id), [old[1]!.id]);
+    const [hit] = await store.insertMany([makeRecord({ fingerprint: 'fp-old' })], { dedupe: [true] });
+    t.equal(hit?.id, old[0]!.id, 'deduplication matches the old token of its container');
+    const zsets = JSON.parse((await client.hget(tk('rec', old[0]!.id), 'k'))!) as string[];
+    t.ok(zsets.includes(tk('ct', '/general/high/')) && zsets.includes(tk('dd', 'token', '/general/high/', 'fp-old')), 'its zset list was rewritten');
+    t.equal(await store.migrate(), 0, 'a second migration has nothing to do');
+    await client.hdel(`${prefix}meta`, 'version');
+    t.equal(await store.migrate(), 0, 'and is idempotent even when forced');
+  });
+
+  t.test('a scoped list reads only the records of the containers it may show', async (t) => {
+    const store = await open(t);
+    const client = raw(t);
+    const others = Array.from({ length: 400 }, () => makeRecord({ container: '/other/' }));
+    for (let i = 0; i < others.length; i += 100) await store.insertMany(others.slice(i, i + 100));
+    const mine = Array.from({ length: 5 }, () => makeRecord({ container: '/mine/' }));
+    await store.insertMany(mine);
+    await store.insertMany(Array.from({ length: 100 }, () => makeRecord({ container: '/other/' })));
+    const hmgets = async () => Number(/cmdstat_hmget:calls=(\d+)/.exec(await client.info('commandstats'))?.[1] ?? 0);
+    const before = await hmgets();
+    const page = await store.list(TENANT_A, { scope: [{ prefix: '/mine/', allow: true }] }, { size: 20, after: null });
+    const reads = (await hmgets()) - before;
+    t.same(page.items.map((r) => r.id), mine.map((r) => r.id).reverse(), 'the whole page');
+    t.ok(reads <= mine.length, `${reads} record reads for ${mine.length} records among ${others.length + 105}`);
   });
 
   t.test('factory builds a connected Redis store', async (t) => {

@@ -2,12 +2,22 @@
 import t from 'tap';
 import { ServiceError } from '../../src/errors.js';
 import { luhnValid, maskCardNumber, validateCard } from '../../src/vault/card.js';
-import { compileExpression, renderExpression } from '../../src/vault/expressions.js';
-import { mergePatch } from '../../src/vault/patch.js';
+import { addFieldError, parseDefinition } from '../../src/vault/definition.js';
+import { checkDataExpression, compileExpression, ExpressionError, MAX_EXPRESSION_OUTPUT_BYTES, renderExpression } from '../../src/vault/expressions.js';
+import { applyPatch, mergePatch } from '../../src/vault/patch.js';
 import { parseQuery } from '../../src/vault/search.js';
 import { assemble, planTokenize } from '../../src/vault/walk.js';
 
 const opts = { maxDepth: 64, maxTokens: 100, now: Date.now() };
+
+function thrown(fn: () => unknown): unknown {
+  try {
+    fn();
+  } catch (err) {
+    return err;
+  }
+  return null;
+}
 
 t.test('walk: plan order, paths and assembly', async (t) => {
   const body = { a: 'x', b: [1, 'y', { type: 'token', data: 'z' }], c: { d: null, e: 'w' } };
@@ -69,7 +79,66 @@ t.test('expressions', async (t) => {
   t.equal(renderExpression('{{ data | remove: "-" }}', '12-34'), '1234');
   t.throws(() => compileExpression('{% for i in (1..1000000) %}x{% endfor %}'), /only \{\{ \}\}/);
   t.throws(() => compileExpression('{{ data | no_such_filter }}'), /invalid expression/);
-  t.throws(() => compileExpression('x'.repeat(1001)));
+  t.throws(() => compileExpression('x'.repeat(1001)), { name: 'Error', message: 'expression is longer than 1000 characters' });
+  t.ok(thrown(() => compileExpression('x'.repeat(1001))) instanceof ExpressionError, 'an ExpressionError (a 400 for the field, never a 500)');
+});
+
+t.test('expressions: a token expression must depend on data, and yields at most 4 KB', async (t) => {
+  for (const ok of ['{{ data }}', '{{ data.number | last4 }}', '{{ "a" | append: data.number }}', '{{ data["number"] }}']) {
+    t.doesNotThrow(() => checkDataExpression(ok), ok);
+  }
+  for (const constant of ['{{ "4242424242424242" }}', '{{ 5 | plus: 3 }}', '{{ "x" | upcase }}']) {
+    t.throws(() => checkDataExpression(constant), { message: 'the expression must depend on data (a constant is not allowed)' }, constant);
+  }
+  t.throws(() => checkDataExpression('{{ other }}'), { message: 'an expression may refer to data only' });
+  t.throws(() => checkDataExpression('{{ data | append: secret }}'), { message: 'an expression may refer to data only' });
+  t.equal(MAX_EXPRESSION_OUTPUT_BYTES, 4096);
+  t.equal(renderExpression('{{ data }}', 'x'.repeat(4096)).length, 4096, 'exactly 4 KB is allowed');
+  t.throws(() => renderExpression('{{ data }}', 'x'.repeat(4097)), { message: 'the expression yields more than 4096 bytes' });
+  t.throws(() => renderExpression('{{ data }}', 'é'.repeat(2049)), { message: 'the expression yields more than 4096 bytes' }, 'counted in UTF-8 bytes');
+  const chain = `{{ data${' | replace: "a", "aaaaaaaaaa"'.repeat(5)} }}`;
+  t.ok(thrown(() => renderExpression(chain, 'aaaaaaaaaa')) instanceof ExpressionError, 'the finding-5 mask: 10 characters to 874 KB');
+  t.throws(() => renderExpression(`{{ data${' | replace: "a", "aaaaaaaaaa"'.repeat(3)} }}`, 'a'.repeat(1000)), { message: 'the expression could not be evaluated' });
+});
+
+t.test('definitions: fields named after Object.prototype members are ordinary fields', async (t) => {
+  for (const name of ['constructor', '__proto__', 'toString', 'hasOwnProperty']) {
+    const errors: Record<string, string[]> = {};
+    const def = parseDefinition(JSON.parse(`{"type":"token","data":"v","${name}":1}`), '', errors, Date.now());
+    t.equal(def, null, `${name}: invalid`);
+    t.same(Object.getOwnPropertyDescriptor(errors, name)?.value, ['unknown field'], `${name}: an own error entry`);
+    const meta: Record<string, string[]> = {};
+    const withMeta = parseDefinition(JSON.parse(`{"type":"token","data":"v","metadata":{"${name}":"m"}}`), '', meta, Date.now());
+    t.equal(Object.getOwnPropertyDescriptor(withMeta?.metadata ?? {}, name)?.value, 'm', `${name}: a metadata key is kept`);
+  }
+  const errors: Record<string, string[]> = {};
+  addFieldError(errors, 'constructor', 'a');
+  addFieldError(errors, 'constructor', 'b');
+  t.same(errors.constructor, ['a', 'b']);
+  t.equal(Object.getPrototypeOf(errors), Object.prototype, 'the errors object itself is untouched');
+});
+
+t.test('patch: which expressions change, and whether the data is supplied', async (t) => {
+  const base = {
+    tenant_id: 't', id: 'i', type: 'card', container: '/pci/high/', sealed: 's', cvc_sealed: null, cvc_expires_at: null, metadata: {},
+    search_indexes: [], index_hashes: [], fingerprint: 'f', fingerprint_expression: '{{ data.number }}', mask: null,
+    created_by: 'a', created_at: new Date().toISOString(), modified_by: null, modified_at: null, expires_at: null,
+  };
+  const card = { number: '4242424242424242', expiration_month: 1, expiration_year: 2030 };
+  const now = Date.now();
+  const of = (patch: unknown) => applyPatch(base, card, patch, now);
+  t.same(of({ metadata: { a: 'b' } }).changedExpressions, []);
+  t.same(of({ fingerprint_expression: '{{ data.number }}' }).changedExpressions, [], 'the same expression is no change');
+  t.same(of({ fingerprint_expression: null }).changedExpressions, [], "null restores a card's default: no change here");
+  t.same(of({ fingerprint_expression: '{{ data.number | last4 }}' }).changedExpressions, ['fingerprint_expression']);
+  t.same(of({ search_indexes: ['{{ data.number | last4 }}'] }).changedExpressions, ['search_indexes']);
+  t.equal(of({ data: { expiration_month: 2 } }).suppliesData, false, 'part of a card is not its data');
+  t.equal(of({ data: { ...card, number: '5555555555554444' } }).suppliesData, true);
+  t.equal(of({ data: { number: '5555555555554444', expiration_month: null, expiration_year: null } }).suppliesData, true, 'removed fields are not in the data');
+  const token = { ...base, type: 'token', fingerprint_expression: null, mask: '{{ data | last4 }}' };
+  t.same(applyPatch(token, 'secret', { mask: null }, now).changedExpressions, ['mask'], 'removing is changing');
+  t.equal(applyPatch(token, 'secret', { data: 'new', mask: '{{ data }}' }, now).suppliesData, true);
+  t.equal(applyPatch(token, 'secret', { mask: '{{ data }}' }, now).suppliesData, false);
 });
 
 t.test('search query language', async (t) => {

@@ -1,0 +1,58 @@
+/** auth/access.ts: the token access decisions, and the search scope the stores apply. */
+import t from 'tap';
+import fc from 'fast-check';
+import type { ApplicationConfig, Permission } from '../../src/config/schema.js';
+import {
+  grant, mayDeduplicate, readTransform, requireExpressionWrite, requireGrant, searchScope, showsFingerprint,
+} from '../../src/auth/access.js';
+import { scopeAllows } from '../../src/store/codec.js';
+
+const PERMS: Permission[] = ['token:create', 'token:read', 'token:update', 'token:delete', 'token:search'];
+const CONTAINERS = ['/', '/a/', '/a/b/', '/a/b/c/', '/ab/', '/x/', '/x/y/', '/general/high/', '/pci/high/'];
+
+function app(permissions: Permission[], rules: ApplicationConfig['rules']): ApplicationConfig {
+  return { id: 'app', name: 'app', type: 'private', keys: ['k'.repeat(16)], permissions, rules, legacy: false };
+}
+
+t.test('the search scope admits exactly the containers search is granted on', async (t) => {
+  const rule = fc.record({
+    priority: fc.integer({ min: 0, max: 3 }),
+    container: fc.constantFrom(...CONTAINERS),
+    permissions: fc.subarray(PERMS),
+    transform: fc.constantFrom('reveal' as const, 'mask' as const, 'redact' as const),
+  });
+  const seed = Number(process.env.ACCESS_SEED ?? Date.now() % 2 ** 31);
+  t.comment(`seed ${seed}`);
+  fc.assert(
+    fc.property(fc.subarray(PERMS), fc.array(rule, { maxLength: 5 }), (perms, rules) => {
+      const a = app(perms, rules);
+      const scope = searchScope(a);
+      for (const c of [...CONTAINERS, '/abc/', '/a/bc/', '/zz/']) {
+        if (scopeAllows(scope, c) !== (grant(a, 'token:search', c) !== null)) throw new Error(`scope ${JSON.stringify(scope)} disagrees on ${c}`);
+      }
+    }),
+    { seed, numRuns: 500 },
+  );
+  t.pass('500 generated applications');
+  t.equal(searchScope(app(['token:search'], [])), undefined, 'no rules, search held: every container');
+  t.same(searchScope(app(['token:read'], [])), [], 'no rules, no search: none');
+  t.equal(searchScope(app([], [{ priority: 1, container: '/', permissions: ['token:search'], transform: 'mask' }])), undefined, 'a rule on / grants all');
+});
+
+t.test('reads, fingerprints and deduplication follow token:read; expressions need reveal', async (t) => {
+  const a = app([], [
+    { priority: 1, container: '/pci/', permissions: ['token:read', 'token:update'], transform: 'mask' },
+    { priority: 2, container: '/general/', permissions: ['token:read', 'token:update'], transform: 'reveal' },
+    { priority: 3, container: '/', permissions: ['token:create', 'token:update'], transform: 'reveal' },
+  ]);
+  t.equal(readTransform(a, '/pci/high/'), 'mask');
+  t.equal(readTransform(a, '/other/'), 'redact', 'no read: redact');
+  t.ok(showsFingerprint(a, '/pci/high/') && mayDeduplicate(a, '/pci/high/'));
+  t.notOk(showsFingerprint(a, '/other/') || mayDeduplicate(a, '/other/'), 'no read: no fingerprint, no dedupe');
+  t.throws(() => requireGrant(a, 'token:delete', '/pci/high/'), { code: 'forbidden' });
+  t.doesNotThrow(() => requireExpressionWrite(a, '/general/x/', ['mask'], false), 'reveal may change expressions');
+  t.throws(() => requireExpressionWrite(a, '/pci/high/', ['fingerprint_expression'], false), { code: 'forbidden' }, 'mask may not');
+  t.throws(() => requireExpressionWrite(a, '/other/', ['search_indexes'], false), { code: 'forbidden' }, 'update alone may not');
+  t.doesNotThrow(() => requireExpressionWrite(a, '/other/', ['search_indexes'], true), 'unless the data is supplied');
+  t.doesNotThrow(() => requireExpressionWrite(a, '/other/', [], false), 'nothing changed: nothing to check');
+});
