@@ -3,7 +3,7 @@
  * whose redis-server is stopped (and back once it returns), and `internal_error` for a failure
  * that is not one of the catalogue's (a stored record tampered with underneath the service).
  */
-import Database from 'better-sqlite3';
+import { Sqlite as Database } from '../../src/store/sqlite.js';
 import { join } from 'node:path';
 import t from 'tap';
 import { redisForFile } from '../helpers/redis.js';

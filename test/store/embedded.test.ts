@@ -9,14 +9,13 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import Database from 'better-sqlite3';
+import { Sqlite as Database } from '../../src/store/sqlite.js';
 import { runContract, makeRecord, TENANT_A } from './contract.js';
 import { encodeRecord } from '../../src/store/codec.js';
 import { EmbeddedStore } from '../../src/store/embedded.js';
 import { createStore } from '../../src/store/factory.js';
 import { KeyRing } from '../../src/crypto/keyring.js';
 import type { Test } from 'tap';
-import Database from 'better-sqlite3';
 import { cvcPattern, randomCard, randomCvc } from '../helpers/secrets.js';
 
 function tempDir(t: Test): string {
