@@ -13,6 +13,9 @@ import { Client } from 'undici';
 import t from 'tap';
 import { baseConfig, KEYS, startTestService } from '../helpers/service.js';
 
+// Fifteen 5 MB bodies, each parsed twice in the worker: minutes on a loaded 2-core machine.
+t.setTimeout(600_000);
+
 const LIMIT = 5 * 1024 * 1024;
 // Generous: the rule is ~50 ms, but on a shared 2-core machine the scheduler alone delays an idle
 // loop by 100 ms and more. Before the worker, single bodies held the loop for 0.4-5.4 s.
@@ -45,7 +48,6 @@ const BODIES: Array<{ name: string; path: string; body: string | Buffer }> = [
   { name: 'empty objects', path: '/tokenize', body: repeated('{}') },
   { name: 'small numbers in one array', path: '/tokenize', body: repeated('0') },
   { name: 'deep arrays, repeated', path: '/tokenize', body: repeated(deep) },
-  { name: 'objects with one member', path: '/tokenize', body: repeated('{"a":1}') },
   { name: 'one long string', path: '/tokenize', body: JSON.stringify('x'.repeat(LIMIT - 10)) },
   { name: 'escaped long string', path: '/tokenize', body: JSON.stringify('\u00e9'.repeat(Math.floor((LIMIT - 10) / 2))) },
   { name: 'a definition with a huge metadata', path: '/tokens', body: `{"type":"token","data":"v","metadata":${manyMembers('"m"', '', LIMIT - 40)}}` },
