@@ -6,7 +6,7 @@
  *                              reference; installed with apt-get (nginx-light) when missing and root
  *   node forwarder             node:http + undici Pool.stream (lib/forwarder.ts): the Node baseline
  *   http-proxy forwarder       node:http + http-proxy 1.18.1 with a keep-alive agent (lib/forwarder.ts):
- *                              the other pass-through candidate of DESIGN.md, for the undici choice
+ *                              the other pass-through candidate, for the undici choice
  *   tokenproxy pass-through    POST /proxy/anything, a proxy with no transforms: SVC-PROXY-KEY
  *                              checked, rate limits on (memory store) and counted, never refusing
  *   tokenproxy tokenize        the same with a request transform tokenizing two JSON fields

@@ -4,7 +4,7 @@
  *
  *   request_transforms: [{ type: code, code_file: ../reactors/strip-pan-transform.js }]
  *
- * Contract (compat.md): receives `args: { body, headers, method, path, query }` and returns
+ * Contract (README "Inbound proxy"): receives `args: { body, headers, method, path, query }` and returns
  * `{ body, headers }`. A body that is not JSON (a string) passes through unchanged.
  */
 module.exports = async function (req) {

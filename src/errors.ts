@@ -50,7 +50,7 @@ export const catalogue = {
 
 export type ErrorCode = keyof typeof catalogue;
 
-/** Field path → messages, for validation failures (compat.md: `primary_card.data.number`). */
+/** Field path → messages, for validation failures (e.g. `primary_card.data.number`). */
 export type FieldErrors = Record<string, string[]>;
 
 export interface ServiceErrorOptions {

@@ -71,7 +71,7 @@ export async function startForwarder(target: string, opts: { connections?: numbe
 
 /**
  * The same bare forwarder with http-proxy (1.18.1) doing the forwarding, over a keep-alive agent
- * (without one it opens a connection per request): the other candidate DESIGN.md names for
+ * (without one it opens a connection per request): the other candidate for
  * pass-through. Measured beside the undici forwarder so the choice rests on this run's figures.
  */
 export async function startHttpProxyForwarder(target: string, opts: { connections?: number; timeoutMs?: number } = {}): Promise<Forwarder> {

@@ -1,5 +1,5 @@
 /**
- * POST /reactors/{id}/react (compat.md): `{"args": …}` in, `{"raw": …, "tokens": …}` out. The
+ * POST /reactors/{id}/react (README "Reactors"): `{"args": …}` in, `{"raw": …, "tokens": …}` out. The
  * reactor runs in the reactor host (never in this process); what it returns under `tokenize`
  * goes through the same all-or-nothing tokenize as POST /tokenize, as the caller.
  */

@@ -1,6 +1,6 @@
 /**
  * Route handlers of the token API: POST /tokenize, POST /tokens, GET/PATCH/DELETE /tokens/{id},
- * GET /tokens, GET and POST /tokens/search (and the /v2 paths compat.md names for list and search).
+ * GET /tokens, GET and POST /tokens/search (and the /v2 paths that the original hosted service's clients use for list and search).
  */
 import type { Context, Route } from '../http/context.js';
 import { sendEmpty, sendJson } from '../http/respond.js';

@@ -15,7 +15,7 @@ export const PERMISSIONS = [
 ] as const;
 export type Permission = (typeof PERMISSIONS)[number];
 
-/** compat.md: a public key may hold only these. */
+/** A public key (browsers, mobile apps) may hold only these. */
 export const PUBLIC_PERMISSIONS: readonly Permission[] = ['token:create', 'token:update'];
 
 const permission = z.enum(PERMISSIONS, {
@@ -165,7 +165,7 @@ export const configSchema = z.strictObject({
       path: z.string().default('./data/tokens.db'),
       url: z.string().default('redis://127.0.0.1:6379'),
       key_prefix: z.string().default('tp:'),
-      /** compat.md: the cvc is purged after a retention window. */
+      /** The cvc is purged after a retention window (README "Token definitions"). */
       cvc_retention_seconds: z.number().int().min(0).default(3600),
     })
     .prefault({}),

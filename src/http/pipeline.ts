@@ -94,7 +94,7 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
 }
 
 /**
- * SVC-PROXY-KEY from the header or the `svc-proxy-key` query parameter (compat.md). With the
+ * SVC-PROXY-KEY from the header or the `svc-proxy-key` query parameter (README "Inbound proxy"). With the
  * proxy's require_auth, the caller must also hold an API key with proxy:invoke in the same tenant.
  */
 /**

@@ -7,13 +7,13 @@
  *   // set `headers` on the response; a 429 / 503 is thrown as a ServiceError carrying its headers
  *
  * Every rule of `rules.ts` that matches the request counts it (one point each); the strictest
- * decides (compat.md, "Rate limits"): any rule over its limit → 429 with the longest wait; otherwise
+ * decides (README "Rate limits"): any rule over its limit → 429 with the longest wait; otherwise
  * the RateLimit-* headers describe the rule with the fewest points left.
  *
  * Stores: rate-limiter-flexible's RateLimiterMemory (one instance) or RateLimiterRedis (counters
  * shared by every instance on one Redis). rate-limiter-flexible resolves a consume with a
  * RateLimiterRes, rejects with a RateLimiterRes when over the limit, and rejects with an Error when
- * the store failed; that is the one mapping from this dependency to our errors (DESIGN.md §5).
+ * the store failed; that is the one mapping from this dependency to our errors (errors.ts: one mapping per dependency, at its edge).
  *
  * Redis down:
  * - `on_store_error: reject` → 503 rate_limit_unavailable;

@@ -1,11 +1,11 @@
 /**
  * The one mapping from a reactor call's failure (as the host reports it) to a ServiceError
- * (DESIGN.md §5: isolated-vm timeout, memory and throw are converted at this edge).
+ * (isolated-vm's timeout, memory and throw failures are converted at this edge, nowhere else).
  */
 import { ServiceError } from '../errors.js';
 import type { CallFailure } from './protocol.js';
 
-/** compat.md: a thrown object with one of these `status` values passes that status through. */
+/** A thrown object with one of these `status` values passes that status through (README "Reactors"). */
 export const PASS_THROUGH_STATUSES: ReadonlySet<number> = new Set([400, 401, 402, 403, 429, 503]);
 
 /** What the mapping needs to know about the reactor (never its args). */
@@ -16,7 +16,7 @@ export interface FailureContext {
 
 const RETRY_AFTER = { 'Retry-After': '1' };
 
-/** compat.md: an uncaught error is a 500 "Reactor Runtime Error" with `errors: {error: [message]}`. */
+/** An uncaught error is a 500 "Reactor Runtime Error" with `errors: {error: [message]}`. */
 export function runtimeError(message: string): ServiceError {
   return new ServiceError('reactor_runtime_error', { detail: 'Reactor Runtime Error', errors: { error: [message] } });
 }

@@ -3,7 +3,7 @@
  * one call at a time. Host process only (imports isolated-vm).
  *
  * An isolate that timed out, ran out of memory or failed in any way outside the user's own
- * try/catch is marked broken; the pool disposes it and never reuses it (DESIGN.md §8.7).
+ * try/catch is marked broken; the pool disposes it and never reuses it (sandbox hygiene: a suspect isolate is never called again).
  */
 import { loadIsolatedVm, type CachedDataResult, type Context, type ExternalCopy, type IsolatedVm, type Isolate, type Reference, type Script } from './ivm.js';
 import {

@@ -4,7 +4,7 @@
  *
  * Everything crosses the boundary as strings: `run` takes the args as JSON text and answers
  * `[status, payload, consoleLines]` (copied out by isolated-vm), so no host object, Reference or
- * function is ever reachable from user code (DESIGN.md §8.7). The harness keeps its own copies of
+ * function is ever reachable from user code (copies in and out only). The harness keeps its own copies of
  * the intrinsics it needs, so user code that patches `JSON` only breaks its own results, which the
  * host validates anyway.
  *

@@ -8,7 +8,7 @@ export interface StoredToken {
   tenant_id: string;
   id: string;
   type: string;
-  /** Exactly one container today (compat.md: one per token), e.g. "/pci/high/". */
+  /** Exactly one container today (one per token, as in the hosted service this replaces), e.g. "/pci/high/". */
   container: string;
   /** Ciphertext of the token's data (without the cvc), from crypto/seal. */
   sealed: string;

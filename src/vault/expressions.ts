@@ -1,5 +1,5 @@
 /**
- * Expressions (compat.md): Liquid-style `{{ data.number | reveal_last: 4 }}` over a token's data,
+ * Expressions (README "Token definitions"): Liquid-style `{{ data.number | reveal_last: 4 }}` over a token's data,
  * for fingerprints, search indexes and masks. Only output blocks are allowed (no `{% %}` tags),
  * templates are compiled once and cached, and liquidjs' parse/render/memory limits bound the work
  * a hostile expression can ask for. Custom filters are registered here and nowhere else.
