@@ -32,6 +32,15 @@ import { createBody, malformed, NONCE, serialize, tokenizeBody, type Json } from
 export const SEED = process.env.FUZZ_SEED !== undefined ? Number(process.env.FUZZ_SEED) : randomInt(2 ** 31);
 const SCALE = Number(process.env.FUZZ_SCALE ?? 1);
 
+/**
+ * Generated text as printable ASCII (everything else as \uXXXX) for test output: tap's TAP
+ * stream breaks on a U+2028 in a comment or message (it takes it for a line end, so the rest of the
+ * line is not a comment and the subtest fails), and bodies hold such characters on purpose.
+ */
+export function printable(s: string): string {
+  return s.replace(/[^\x20-\x7e\n]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
 type Route = '/tokenize' | '/tokens';
 interface Answer {
   status: number;
@@ -233,7 +242,7 @@ class Oracle {
       body = undefined;
     }
     const fail = (what: string): never => {
-      throw new Error(`${what}\n  ${route} as ${key}: ${a.status} ${a.text.slice(0, 400)}\n  body: ${text.slice(0, 600)}`);
+      throw new Error(`${what}\n  ${route} as ${key}: ${a.status} ${printable(a.text.slice(0, 400))}\n  body: ${printable(text.slice(0, 600))}`);
     };
 
     // No 5xx (the known bugs aside, counted).
@@ -312,7 +321,7 @@ async function runProperty(t: Test, name: string, oracle: Oracle, target: Target
     // fast-check 4 keeps the property's own error (what broke, the answer, the body with its
     // nonce) as the cause of its report (seed, path, shrunk counterexample).
     const cause = err instanceof Error && err.cause instanceof Error ? `\n  ${err.cause.message}` : '';
-    t.fail(`${name}: ${err instanceof Error ? err.message : String(err)}${cause}\n  reproduce this run with FUZZ_SEED=${SEED}`);
+    t.fail(printable(`${name}: ${err instanceof Error ? err.message : String(err)}${cause}`) + `\n  reproduce this run with FUZZ_SEED=${SEED}`);
   }
 }
 
@@ -397,7 +406,7 @@ export async function fuzzStore(t: Test, phases: { inProcess: Phase; http: Phase
       for (const bug of new Set(st.known.map((k) => k.bug))) {
         const hits = st.known.filter((k) => k.bug === bug);
         const minimal = hits.reduce((a, b) => (b.text.length < a.text.length ? b : a));
-        t.comment(`known bug "${bug}" (todo in known-bugs.test.ts): ${hits.length} bodies answered 500; shortest: ${minimal.route} ${minimal.text.slice(0, 300)}`);
+        t.comment(`known bug "${bug}" (todo in known-bugs.test.ts): ${hits.length} bodies answered 500; shortest: ${minimal.route} ${printable(minimal.text.slice(0, 300))}`);
       }
     });
   }
