@@ -66,8 +66,12 @@ async function waitForPing(port: number, timeoutMs = 10_000): Promise<void> {
   throw new Error(`redis-server on port ${port} did not answer within ${timeoutMs} ms`);
 }
 
-/** `own`: start a server even when REDIS_URL is set (one this helper can kill and restart). */
-export async function startRedis(opts: { own?: boolean } = {}): Promise<RedisHandle> {
+/**
+ * `own`: start a server even when REDIS_URL is set (one this helper can kill and restart).
+ * `durable: false`: no AOF (for tests about anything but durability that write a lot, such as
+ * the fuzz suite: appendfsync always costs an fsync per write).
+ */
+export async function startRedis(opts: { own?: boolean; durable?: boolean } = {}): Promise<RedisHandle> {
   const prefix = `t${randomBytes(6).toString('hex')}:`;
   if (process.env.REDIS_URL && !opts.own) {
     const url = process.env.REDIS_URL;
@@ -83,7 +87,7 @@ export async function startRedis(opts: { own?: boolean } = {}): Promise<RedisHan
   const launch = async () => {
     child = spawn(
       'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always', '--protected-mode', 'no'],
+      ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--protected-mode', 'no', ...(opts.durable === false ? ['--appendonly', 'no'] : ['--appendonly', 'yes', '--appendfsync', 'always'])],
       { stdio: 'ignore' },
     );
     await waitForPing(port);
@@ -125,7 +129,7 @@ interface PlannableTest {
  * cannot (no redis-server installed) it skips, or fails under TOKENPROXY_REQUIRE_REDIS=1 (a CI run
  * with REDIS_URL used to pass those files by running none of their tests).
  */
-export async function redisForFile(t: PlannableTest, opts: { killable?: boolean } = {}): Promise<RedisHandle | null> {
+export async function redisForFile(t: PlannableTest, opts: { killable?: boolean; durable?: boolean } = {}): Promise<RedisHandle | null> {
   const skip = redisSkip();
   if (skip) {
     t.plan(0, skip);
@@ -138,7 +142,7 @@ export async function redisForFile(t: PlannableTest, opts: { killable?: boolean 
     t.plan(0, reason);
     return null;
   }
-  const redis = await startRedis({ own });
+  const redis = await startRedis({ own, durable: opts.durable });
   t.teardown(() => redis.stop());
   return redis;
 }
