@@ -202,9 +202,11 @@ class Oracle {
     private readonly cheapCount?: () => Promise<number>,
   ) {
     const insertMany = store.insertMany.bind(store);
-    store.insertMany = async (records) => {
-      await insertMany(records);
-      this.batches.push(records.map((r) => r.id));
+    store.insertMany = async (records, options) => {
+      const existing = await insertMany(records, options);
+      // A record answered with an existing token (deduplicated) was not written.
+      this.batches.push(records.filter((_, i) => existing[i] === null || existing[i] === undefined).map((r) => r.id));
+      return existing;
     };
     for (const m of ['update', 'delete'] as const) {
       const orig = (store[m] as (...a: unknown[]) => Promise<boolean>).bind(store);
