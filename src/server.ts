@@ -22,6 +22,7 @@ import { RateLimitService } from './rate-limit/limiter.js';
 import { createRateLimitStage } from './rate-limit/stage.js';
 import { ReactorRuntime } from './reactors/runtime.js';
 import { proxyTransformDefinitions } from './proxy/compile.js';
+import { connectRefuser } from './proxy/methods.js';
 import { ProxyService } from './proxy/service.js';
 import { createStore } from './store/factory.js';
 import type { TokenStore } from './store/types.js';
@@ -93,6 +94,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     };
     const server = createServer({ requestTimeout: config.server.request_timeout_ms, keepAliveTimeout: 65_000 }, createPipeline(pipelineOptions));
     server.on('upgrade', createUpgradeHandler(pipelineOptions, (ctx, socket, head) => proxies.upgrade(ctx, socket, head)));
+    server.on('connect', connectRefuser(log));
     cleanups.unshift(() => closeServer(server));
     const purge = setInterval(() => {
       store.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));

@@ -24,6 +24,7 @@ import { compileProxy, type CompiledProxy } from './compile.js';
 import { destinationPath, PROXY_KEY_PARAM, splitProxyTarget } from './destination.js';
 import { outgoingHeaders, responseHeaders } from './headers.js';
 import { CardScanner, countCardNumbers } from './leak-guard.js';
+import { refuseMethod } from './methods.js';
 import { ProxyTransforms, type TransformContext } from './transforms.js';
 import { UpgradeForwarder } from './upgrade.js';
 import { Upstream, upstreamError, type UpstreamHead } from './upstream.js';
@@ -70,13 +71,14 @@ export class ProxyService {
   }
 
   async handle(ctx: Context): Promise<void> {
+    const method = ctx.req.method ?? 'GET';
+    refuseMethod(method);
     const pp = ctx.proxyPrincipal!;
     const entry = this.entries.get(`${pp.tenant.id}/${pp.proxy.id}`)!;
     const target = splitProxyTarget(ctx.req.url ?? '/');
     const path = destinationPath(entry.proxy.destination, target);
     const peer = normalizeIp(ctx.req.socket.remoteAddress ?? '');
     const headers = outgoingHeaders(ctx.req.headers, { peer, peerTrusted: this.opts.trustedPeer(peer), host: ctx.req.headers.host });
-    const method = ctx.req.method ?? 'GET';
     const { proxy } = entry;
     // What transforms see of the request; a proxy without transforms never builds it.
     const tctx: TransformContext | null =
@@ -87,6 +89,7 @@ export class ProxyService {
 
   /** An authenticated, rate-limited upgrade request (see upgrade.ts). */
   upgrade(ctx: Context, socket: Duplex, head: Buffer): void {
+    refuseMethod(ctx.req.method ?? 'GET');
     const pp = ctx.proxyPrincipal!;
     const entry = this.entries.get(`${pp.tenant.id}/${pp.proxy.id}`)!;
     const peer = normalizeIp(ctx.req.socket.remoteAddress ?? '');
