@@ -100,8 +100,14 @@ export class CardScanner {
   }
 
   private endRun(): void {
-    this.endSegment();
-    this.groups = [];
+    if (this.groups.length === 0 && this.seg.length < MIN_DIGITS) {
+      // A lone short number (the common case): no window to check.
+      this.seg = '';
+      this.segOverflow = false;
+    } else {
+      this.endSegment();
+      this.groups.length = 0;
+    }
     this.pendingSeparator = false;
   }
 }
@@ -129,12 +135,16 @@ const PERCENT = 0x25;
 const OTHER = 0x80;
 const EMPTY = new Uint8Array(0);
 
+/** Hex digit values by byte; -1 for a byte that is not a hex digit. */
+const HEX = new Int8Array(256).fill(-1);
+for (let d = 0; d < 10; d++) HEX[ZERO + d] = d;
+for (let d = 0; d < 6; d++) {
+  HEX[0x41 + d] = 10 + d;
+  HEX[0x61 + d] = 10 + d;
+}
+
 function hexValue(c: number | undefined): number {
-  if (c === undefined) return -1;
-  if (c >= ZERO && c <= NINE) return c - ZERO;
-  const l = c | 0x20;
-  if (l >= 0x61 && l <= 0x66) return l - 0x61 + 10;
-  return -1;
+  return c === undefined ? -1 : HEX[c]!;
 }
 
 interface Decoder {
@@ -165,121 +175,121 @@ function simpleEscape(c: number): number {
  * escaped digits, spaces and dashes are seen as such), any other code unit one byte that is
  * neither digit nor separator; `\n`, `\"` and the like their character. A backslash is valid
  * JSON only inside a string, so every one is taken as an escape; a malformed escape passes as
- * written. Stretches without a backslash are copied as they are.
+ * written. A chunk without a backslash passes as it is.
  */
 class JsonEscapeDecoder implements Decoder {
-  /** Bytes of an escape not yet complete: `\`, `\u`, `\u0`, … (at most 5). */
-  private pending: number[] = [];
+  /** 0: plain; 1: after `\`; 2–5: after `\u` and (state - 2) hex digits. */
+  private state = 0;
+  private unit = 0;
+  /** The hex digits of an unfinished `\u` escape as written (for a malformed one). */
+  private written: number[] = [];
 
   push(chunk: Uint8Array): Uint8Array {
-    if (this.pending.length === 0 && chunk.indexOf(BACKSLASH) === -1) return chunk;
+    if (this.state === 0 && chunk.indexOf(BACKSLASH) === -1) return chunk;
     const out = new Uint8Array(chunk.length + 6);
     let o = 0;
-    const p = this.pending;
-    for (let i = 0; i < chunk.length; ) {
-      if (p.length === 0) {
-        const j = chunk.indexOf(BACKSLASH, i);
-        const stop = j === -1 ? chunk.length : j;
-        out.set(chunk.subarray(i, stop), o);
-        o += stop - i;
-        if (j === -1) break;
-        p.push(BACKSLASH);
-        i = j + 1;
-        continue;
-      }
+    for (let i = 0; i < chunk.length; i++) {
       const c = chunk[i]!;
-      if (p.length === 1) {
+      const state = this.state;
+      if (state === 0) {
+        if (c === BACKSLASH) this.state = 1;
+        else out[o++] = c;
+      } else if (state === 1) {
         if (c === 0x75 /* u */) {
-          p.push(c);
-          i++;
+          this.state = 2;
+          this.unit = 0;
+          this.written.length = 0;
           continue;
         }
+        this.state = 0;
         const simple = simpleEscape(c);
-        p.length = 0;
-        if (simple >= 0) {
-          out[o++] = simple;
-          i++;
-        } else out[o++] = BACKSLASH; // not an escape JSON has: as written; `c` again as plain
-        continue;
-      }
-      // `\u` and 0–3 hex digits so far.
-      if (hexValue(c) < 0) {
-        for (const b of p) out[o++] = b;
-        p.length = 0;
-        continue; // `c` again as plain
-      }
-      p.push(c);
-      i++;
-      if (p.length === 6) {
-        const unit = (hexValue(p[2]) << 12) | (hexValue(p[3]) << 8) | (hexValue(p[4]) << 4) | hexValue(p[5]);
-        out[o++] = unit < 0x80 ? unit : OTHER;
-        p.length = 0;
+        if (simple >= 0) out[o++] = simple;
+        else {
+          // Not an escape JSON has: as written, and `c` again as plain.
+          out[o++] = BACKSLASH;
+          i--;
+        }
+      } else {
+        const h = HEX[c]!;
+        if (h < 0) {
+          out[o++] = BACKSLASH;
+          out[o++] = 0x75;
+          for (const w of this.written) out[o++] = w;
+          this.state = 0;
+          i--;
+          continue;
+        }
+        this.unit = (this.unit << 4) | h;
+        this.written.push(c);
+        if (state === 5) {
+          out[o++] = this.unit < 0x80 ? this.unit : OTHER;
+          this.state = 0;
+        } else this.state = state + 1;
       }
     }
     return out.subarray(0, o);
   }
 
   end(): Uint8Array {
-    const rest = Uint8Array.from(this.pending);
-    this.pending = [];
-    return rest;
+    const state = this.state;
+    this.state = 0;
+    if (state === 0) return EMPTY;
+    if (state === 1) return Uint8Array.of(BACKSLASH);
+    return Uint8Array.from([BACKSLASH, 0x75, ...this.written]);
   }
 }
 
 /**
  * Decodes application/x-www-form-urlencoded as its parser does (WHATWG URL §5.1): `+` is a space
  * and `%XX` the byte XX; a `%` not followed by two hex digits stays as written. Decoded once, as
- * the destination decodes (`%2534` is `%34` to it, not `4`).
+ * the destination decodes (`%2534` is `%34` to it, not `4`). A chunk with neither passes as it is.
  */
 class FormDecoder implements Decoder {
-  /** `%` and at most one hex digit not yet complete. */
-  private pending: number[] = [];
+  /** 0: plain; 1: after `%`; 2: after `%` and one hex digit. */
+  private state = 0;
+  private high = 0;
+  private highByte = 0;
 
   push(chunk: Uint8Array): Uint8Array {
-    if (this.pending.length === 0 && chunk.indexOf(PERCENT) === -1 && chunk.indexOf(PLUS) === -1) return chunk;
+    if (this.state === 0 && chunk.indexOf(PERCENT) === -1 && chunk.indexOf(PLUS) === -1) return chunk;
     const out = new Uint8Array(chunk.length + 2);
     let o = 0;
-    const p = this.pending;
-    let nextPercent = -2;
-    let nextPlus = -2;
-    for (let i = 0; i < chunk.length; ) {
-      if (p.length === 0) {
-        if (nextPercent !== -1 && nextPercent < i) nextPercent = chunk.indexOf(PERCENT, i);
-        if (nextPlus !== -1 && nextPlus < i) nextPlus = chunk.indexOf(PLUS, i);
-        const j = nextPercent === -1 ? nextPlus : nextPlus === -1 ? nextPercent : Math.min(nextPercent, nextPlus);
-        const stop = j === -1 ? chunk.length : j;
-        out.set(chunk.subarray(i, stop), o);
-        o += stop - i;
-        if (j === -1) break;
-        if (chunk[j] === PLUS) out[o++] = SPACE;
-        else p.push(PERCENT);
-        i = j + 1;
+    for (let i = 0; i < chunk.length; i++) {
+      const c = chunk[i]!;
+      if (this.state === 0) {
+        if (c === PERCENT) this.state = 1;
+        else out[o++] = c === PLUS ? SPACE : c;
         continue;
       }
-      const c = chunk[i]!;
-      if (hexValue(c) < 0) {
-        for (const b of p) out[o++] = b;
-        p.length = 0;
-        continue; // `c` again as plain
-      }
-      p.push(c);
-      i++;
-      if (p.length === 3) {
-        out[o++] = (hexValue(p[1]) << 4) | hexValue(p[2]);
-        p.length = 0;
+      const h = HEX[c]!;
+      if (h < 0) {
+        // Not an escape: `%` (and the hex digit after it) as written, and `c` again as plain.
+        out[o++] = PERCENT;
+        if (this.state === 2) out[o++] = this.highByte;
+        this.state = 0;
+        i--;
+      } else if (this.state === 1) {
+        this.high = h;
+        this.highByte = c;
+        this.state = 2;
+      } else {
+        out[o++] = (this.high << 4) | h;
+        this.state = 0;
       }
     }
     return out.subarray(0, o);
   }
 
   end(): Uint8Array {
-    const rest = Uint8Array.from(this.pending);
-    this.pending = [];
-    return rest;
+    const state = this.state;
+    this.state = 0;
+    if (state === 0) return EMPTY;
+    return state === 1 ? Uint8Array.of(PERCENT) : Uint8Array.of(PERCENT, this.highByte);
   }
 }
 
 const UUID_LENGTH = 36;
+const OTHER_BYTE = Uint8Array.of(OTHER);
 
 /**
  * Replaces every UUID (8-4-4-4-12 hex digits, either case, not glued to another hex digit) by one
@@ -307,7 +317,7 @@ class UuidMasker {
       const i = j - 8;
       if (i >= limit) break;
       if (hexValue(i === 0 ? this.prev : buf[i - 1]) < 0 && isUuidAt(buf, i) && hexValue(buf[i + UUID_LENGTH]) < 0) {
-        parts.push(buf.subarray(last, i), Uint8Array.of(OTHER));
+        parts.push(buf.subarray(last, i), OTHER_BYTE);
         last = i + UUID_LENGTH;
         j = buf.indexOf(DASH, last + 8);
       } else j = buf.indexOf(DASH, j + 1);
@@ -375,5 +385,22 @@ export class LeakScanner {
 export function countCardNumbers(body: Uint8Array, encoding: BodyEncoding = 'raw'): number {
   const s = new LeakScanner(encoding);
   s.push(body);
+  return s.end();
+}
+
+/** How much of a buffered body is scanned before other work gets the event loop. */
+const SLICE = 64 * 1024;
+
+/**
+ * countCardNumbers for a buffered body, in slices with the event loop let go between them: a
+ * 5 MB body of short digit groups takes a few hundred ms to scan, which no other request should
+ * wait for in one piece.
+ */
+export async function countCardNumbersYielding(body: Uint8Array, encoding: BodyEncoding = 'raw'): Promise<number> {
+  const s = new LeakScanner(encoding);
+  for (let i = 0; i < body.length; i += SLICE) {
+    if (i > 0) await new Promise<void>((resolve) => setImmediate(resolve));
+    s.push(body.subarray(i, i + SLICE));
+  }
   return s.end();
 }

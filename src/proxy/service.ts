@@ -23,7 +23,7 @@ import { ProxyBody } from './body.js';
 import { compileProxy, type CompiledProxy } from './compile.js';
 import { destinationPath, PROXY_KEY_PARAM, splitProxyTarget } from './destination.js';
 import { outgoingHeaders, responseHeaders } from './headers.js';
-import { bodyEncoding, countCardNumbers, LeakScanner } from './leak-guard.js';
+import { bodyEncoding, countCardNumbersYielding, LeakScanner } from './leak-guard.js';
 import { refuseMethod } from './methods.js';
 import { ProxyTransforms, type TransformContext } from './transforms.js';
 import { UpgradeForwarder } from './upgrade.js';
@@ -158,7 +158,7 @@ export class ProxyService {
     const bytes = body.serialize();
     if (proxy.config.leak_guard !== 'off') {
       // Scanned as the destination will decode it: by the Content-Type it is sent with.
-      const findings = countCardNumbers(bytes, bodyEncoding(headerText(outcome.headers['content-type'])));
+      const findings = await countCardNumbersYielding(bytes, bodyEncoding(headerText(outcome.headers['content-type'])));
       this.leakFound(ctx, entry, findings, proxy.config.leak_guard === 'block');
     }
     // Every token of every tokenize step in one all-or-nothing write, before anything leaves.
