@@ -42,6 +42,7 @@ export const catalogue = {
   destination_unreachable: { status: 502, title: 'The destination could not be reached' },
   destination_timeout: { status: 504, title: 'The destination did not answer in time' },
   destination_response_untransformable: { status: 502, title: 'The destination response cannot be transformed' },
+  unsupported_transfer_encoding: { status: 501, title: 'The request transfer coding is not supported' },
   // service
   store_unavailable: { status: 503, title: 'The token store is unavailable' },
   internal_error: { status: 500, title: 'Internal error' },

@@ -23,6 +23,7 @@ import { RateLimitService } from './rate-limit/limiter.js';
 import { createRateLimitStage } from './rate-limit/stage.js';
 import { ReactorRuntime } from './reactors/runtime.js';
 import { proxyTransformDefinitions } from './proxy/compile.js';
+import { connectRefuser } from './proxy/methods.js';
 import { ProxyService } from './proxy/service.js';
 import { createStore } from './store/factory.js';
 import type { TokenStore } from './store/types.js';
@@ -109,6 +110,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     }, createPipeline(pipelineOptions));
     closeSilentConnections(server, config.server.request_header_timeout_ms);
     server.on('upgrade', createUpgradeHandler(pipelineOptions, (ctx, socket, head) => proxies.upgrade(ctx, socket, head)));
+    server.on('connect', connectRefuser(log));
     cleanups.unshift(() => drainServer(server, config.server.shutdown_grace_ms));
     const purge = setInterval(() => {
       store.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));

@@ -1,16 +1,167 @@
 /**
  * A proxied body as the transforms see it: the bytes as received, parsed on first need (JSON or
  * form-urlencoded), and serialized again only when a transform changed it, so an untouched body
- * is forwarded byte for byte.
+ * is forwarded byte for byte. A form is never parsed as a whole: `formFields` finds the named
+ * fields in one pass over the bytes and `replaceFormValues` splices new values in, so the work is
+ * linear in the body and every other field keeps its bytes.
  */
 import { ServiceError } from '../errors.js';
 import { isJsonType, jsonDepthExceeds } from '../http/body.js';
 
 export const FORM_TYPE = 'application/x-www-form-urlencoded';
 
+const AMP = 0x26;
+const EQUALS = 0x3d;
+const PERCENT = 0x25;
+const PLUS = 0x2b;
+/** Bytes of a form looked at between two yields of the event loop. */
+const YIELD_EVERY = 64 * 1024;
+
+/** One occurrence of a form field: its decoded name and value, and where the value's bytes are. */
+export interface FormField {
+  name: string;
+  value: string;
+  /** The value's byte range in the body (end exclusive; start === end for an empty value). */
+  start: number;
+  end: number;
+  /** The field has no `=` (`&name&`): a new value needs one. */
+  bare: boolean;
+}
+
+/** A new value for a field occurrence found by `formFields`. */
+export type FormEdit = Pick<FormField, 'start' | 'end' | 'bare' | 'value'>;
+
+function hex(c: number | undefined): number {
+  if (c === undefined) return -1;
+  if (c >= 0x30 && c <= 0x39) return c - 0x30;
+  const l = c | 0x20;
+  return l >= 0x61 && l <= 0x66 ? l - 0x61 + 10 : -1;
+}
+
+/**
+ * A name or value of application/x-www-form-urlencoded as WHATWG URL's parser decodes it: `+` is
+ * a space, `%XX` a byte (a `%` without two hex digits stays), then UTF-8 (invalid sequences
+ * become U+FFFD).
+ */
+function decodeFormBytes(b: Buffer, start: number, end: number): string {
+  const out = Buffer.allocUnsafe(end - start);
+  let o = 0;
+  for (let i = start; i < end; i++) {
+    const c = b[i]!;
+    if (c === PLUS) out[o++] = 0x20;
+    else if (c === PERCENT && i + 2 < end && hex(b[i + 1]) >= 0 && hex(b[i + 2]) >= 0) {
+      out[o++] = (hex(b[i + 1]) << 4) | hex(b[i + 2]);
+      i += 2;
+    } else out[o++] = c;
+  }
+  return out.toString('utf8', 0, o);
+}
+
+/** A value serialized as URLSearchParams does (application/x-www-form-urlencoded). */
+function encodeFormValue(value: string): string {
+  return new URLSearchParams([['', value]]).toString().slice(1);
+}
+
+/** Bytes of the wanted names, by length. */
+type Wanted = Map<number, Buffer[]>;
+
+function sameBytes(a: Buffer, aStart: number, w: Buffer): boolean {
+  for (let k = 0; k < w.length; k++) if (a[aStart + k] !== w[k]) return false;
+  return true;
+}
+
+/** The wanted name whose bytes are `b[start..end)`, if any. */
+function matchRaw(b: Buffer, start: number, end: number, wanted: Wanted): Buffer | undefined {
+  const list = wanted.get(end - start);
+  if (list === undefined) return undefined;
+  for (const w of list) if (sameBytes(b, start, w)) return w;
+  return undefined;
+}
+
+/**
+ * The wanted name that `b[start..end)` decodes to (`+`, `%XX`), if any. Decodes into `scratch`
+ * (no string is made unless it matches); a name that cannot decode to a wanted length is skipped.
+ */
+function matchEncoded(b: Buffer, start: number, end: number, wanted: Wanted, scratch: Buffer, maxLength: number): Buffer | undefined {
+  // Each `%XX` shrinks three bytes to one: the decoded length is at least a third of the raw one.
+  if ((end - start) / 3 > maxLength) return undefined;
+  let o = 0;
+  for (let i = start; i < end; i++) {
+    if (o === maxLength) return undefined;
+    const c = b[i]!;
+    if (c === PLUS) scratch[o++] = 0x20;
+    else if (c === PERCENT && i + 2 < end && hex(b[i + 1]) >= 0 && hex(b[i + 2]) >= 0) {
+      scratch[o++] = (hex(b[i + 1]) << 4) | hex(b[i + 2]);
+      i += 2;
+    } else scratch[o++] = c;
+  }
+  return matchRaw(scratch, 0, o, wanted);
+}
+
+/**
+ * The one pass of `formFields`, a slice at a time (a plain loop that the engine optimizes, with
+ * the async yields outside it). A pair ends at `&` (or the end), its name at the first `=`.
+ */
+class FormScan {
+  readonly found: FormField[] = [];
+  private readonly wanted: Wanted = new Map();
+  private readonly maxLength: number;
+  private readonly scratch: Buffer;
+  private pairStart = 0;
+  private nameEnd = -1;
+  private encoded = false;
+
+  constructor(
+    private readonly b: Buffer,
+    names: ReadonlySet<string>,
+    private readonly max: number,
+  ) {
+    let maxLength = 0;
+    for (const n of names) {
+      const bytes = Buffer.from(n, 'utf8');
+      this.wanted.set(bytes.length, [...(this.wanted.get(bytes.length) ?? []), bytes]);
+      maxLength = Math.max(maxLength, bytes.length);
+    }
+    this.maxLength = maxLength;
+    this.scratch = Buffer.allocUnsafe(maxLength);
+  }
+
+  /** Positions `from` to `to` (exclusive; `b.length` stands for the end); false past `max`. */
+  run(from: number, to: number): boolean {
+    const { b, wanted } = this;
+    const n = b.length;
+    let { pairStart, nameEnd, encoded } = this;
+    for (let i = from; i < to; i++) {
+      const c = i < n ? b[i]! : AMP;
+      if (c !== AMP) {
+        if (nameEnd === -1) {
+          if (c === EQUALS) nameEnd = i;
+          else if (c === PERCENT || c === PLUS) encoded = true;
+        }
+        continue;
+      }
+      if (i > pairStart) {
+        const end = nameEnd === -1 ? i : nameEnd;
+        const hit = encoded ? matchEncoded(b, pairStart, end, wanted, this.scratch, this.maxLength) : matchRaw(b, pairStart, end, wanted);
+        if (hit !== undefined) {
+          if (this.found.length === this.max) return false;
+          const start = Math.min(end + 1, i);
+          this.found.push({ name: hit.toString('utf8'), value: decodeFormBytes(b, start, i), start, end: i, bare: nameEnd === -1 });
+        }
+      }
+      pairStart = i + 1;
+      nameEnd = -1;
+      encoded = false;
+    }
+    this.pairStart = pairStart;
+    this.nameEnd = nameEnd;
+    this.encoded = encoded;
+    return true;
+  }
+}
+
 export class ProxyBody {
   private json: { value: unknown } | undefined;
-  private form: URLSearchParams | undefined;
   private dirty = false;
 
   constructor(
@@ -47,9 +198,43 @@ export class ProxyBody {
     return this.json.value;
   }
 
-  formParams(): URLSearchParams {
-    this.form ??= new URLSearchParams(this.bytes.toString('utf8'));
-    return this.form;
+  /**
+   * The occurrences of the form fields named in `names`, in body order, found in one pass (which
+   * lets the event loop go every 64 KB); null as soon as there are more than `max` (the rest is
+   * not looked at). A name is compared only when its bytes are as long as a wanted name's (or,
+   * with `%` or `+`, could decode to one); a value is decoded only when its name is wanted.
+   */
+  async formFields(names: ReadonlySet<string>, max: number): Promise<FormField[] | null> {
+    const b = this.serialize();
+    const scan = new FormScan(b, names, max);
+    for (let from = 0; from <= b.length; from += YIELD_EVERY) {
+      // Other requests get the event loop between slices of a large form.
+      if (from > 0) await new Promise<void>((resolve) => setImmediate(resolve));
+      if (!scan.run(from, Math.min(from + YIELD_EVERY, b.length + 1))) return null;
+    }
+    return scan.found;
+  }
+
+  /**
+   * Puts new values in place of field values found by `formFields` on the current bytes (one
+   * edit per occurrence; for the same occurrence the last edit wins). Linear in the body.
+   */
+  replaceFormValues(edits: readonly FormEdit[]): void {
+    if (edits.length === 0) return;
+    const b = this.serialize();
+    const byStart = new Map<number, FormEdit>();
+    for (const e of edits) byStart.set(e.start, e);
+    const sorted = [...byStart.values()].sort((x, y) => x.start - y.start);
+    const parts: Buffer[] = [];
+    let last = 0;
+    for (const e of sorted) {
+      parts.push(b.subarray(last, e.start), Buffer.from(`${e.bare ? '=' : ''}${encodeFormValue(e.value)}`, 'utf8'));
+      last = e.end;
+    }
+    parts.push(b.subarray(last));
+    this.bytes = Buffer.concat(parts);
+    this.json = undefined;
+    this.dirty = false;
   }
 
   /** What a code transform sees: parsed JSON for JSON bodies, else the text. */
@@ -64,12 +249,6 @@ export class ProxyBody {
   /** A transform changed the JSON value in place (or replaced it). */
   setJson(value: unknown): void {
     this.json = { value };
-    this.form = undefined;
-    this.dirty = true;
-  }
-
-  /** The form parameters were changed in place. */
-  markFormChanged(): void {
     this.dirty = true;
   }
 
@@ -78,7 +257,6 @@ export class ProxyBody {
     if (typeof body === 'string') {
       this.bytes = Buffer.from(body, 'utf8');
       this.json = undefined;
-      this.form = undefined;
       this.dirty = false;
       return;
     }
@@ -88,7 +266,6 @@ export class ProxyBody {
   serialize(): Buffer {
     if (!this.dirty) return this.bytes;
     if (this.json) this.bytes = Buffer.from(JSON.stringify(this.json.value) ?? '', 'utf8');
-    else if (this.form) this.bytes = Buffer.from(this.form.toString(), 'utf8');
     this.dirty = false;
     return this.bytes;
   }

@@ -2,8 +2,9 @@
  * Where a proxied request goes (compat.md): `destination_url` (trailing `/` trimmed) + suffix +
  * `?query`. The destination's origin is fixed at start-up and the request is sent to that origin
  * with only a path, so no suffix can change the host. The suffix is also kept below the base
- * path: dot segments (raw or percent-encoded, however often), encoded slashes and backslashes are
- * refused, and repeated slashes collapse (so `//evil.example` is a path, never an authority).
+ * path: dot segments (raw or percent-encoded, however often, with or without `;` path parameters,
+ * which Tomcat and Spring strip before resolving `..`), encoded slashes and backslashes are refused,
+ * and repeated slashes collapse (so `//evil.example` is a path, never an authority).
  */
 import { ServiceError } from '../errors.js';
 
@@ -67,7 +68,10 @@ export function safeSuffix(rawSuffix: string): string {
   for (const seg of segments) {
     if (seg === '') continue;
     const decoded = seg.includes('%') ? fullyDecoded(seg) : seg;
-    if (decoded === '.' || decoded === '..') throw refuse('Dot segments (. and ..) are not allowed in the proxy path');
+    // `..;jsessionid=x` is `..` to a server that strips path parameters (RFC 3986 §3.3 allows
+    // them in any segment; Tomcat and Spring drop everything from the first `;`).
+    const name = decoded.includes(';') ? decoded.slice(0, decoded.indexOf(';')) : decoded;
+    if (name === '.' || name === '..') throw refuse('Dot segments (. and .., also with ;-parameters) are not allowed in the proxy path');
     if (decoded.includes('/') || decoded.includes('\\')) throw refuse('Encoded slashes and backslashes are not allowed in the proxy path');
     if (/[\0-\x1f\x7f]/.test(decoded)) throw refuse('Control characters are not allowed in the proxy path');
   }

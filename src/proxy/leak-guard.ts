@@ -5,11 +5,18 @@
  * card networks) and passes the Luhn check. In a grouped run any consecutive groups may be the
  * card (`qty 2 4242 4242 4242 4242`, two grouped cards one space apart); a contiguous run of more
  * than 19 digits is a longer number, not a card; digits glued to letters still count
- * (`card4242…`). A space written `%20` is not a separator.
+ * (`card4242…`).
  *
- * Streaming: `push` takes chunks as they pass and keeps the state of a run that straddles two
- * chunks, so a pass-through body is scanned without being buffered. Nothing about a finding but
- * its count leaves this module: never the digits.
+ * The bytes are scanned as the destination will read them (`LeakScanner`): in a JSON body the
+ * string escapes are decoded first (`"\u0034\u0032…"` is a card), in a form body the
+ * percent-escapes (`%34%32…`, and `%20` is a space); other bodies are scanned as they are. A
+ * UUID (8-4-4-4-12 hex digits, the shape of every token id) is not a card however its digits
+ * fall: it is taken out before the digits are looked at, so a body full of token ids does not
+ * trip a blocking guard now and then.
+ *
+ * Streaming: `push` takes chunks as they pass and keeps the state of a run (and of an escape or a
+ * UUID candidate) that straddles two chunks, so a pass-through body is scanned without being
+ * buffered. Nothing about a finding but its count leaves this module: never the digits.
  */
 import { luhnValid } from '../vault/card.js';
 
@@ -93,8 +100,14 @@ export class CardScanner {
   }
 
   private endRun(): void {
-    this.endSegment();
-    this.groups = [];
+    if (this.groups.length === 0 && this.seg.length < MIN_DIGITS) {
+      // A lone short number (the common case): no window to check.
+      this.seg = '';
+      this.segOverflow = false;
+    } else {
+      this.endSegment();
+      this.groups.length = 0;
+    }
     this.pendingSeparator = false;
   }
 }
@@ -105,9 +118,289 @@ function isCardNumber(digits: string): boolean {
   return first >= 0x32 && first <= 0x36 && luhnValid(digits);
 }
 
-/** Card numbers in a whole body. */
-export function countCardNumbers(body: Uint8Array): number {
-  const s = new CardScanner();
+/** How a body's bytes are decoded before the scan: by its media type. */
+export type BodyEncoding = 'json' | 'form' | 'raw';
+
+/** `json` for application/json and +json, `form` for x-www-form-urlencoded, else `raw`. */
+export function bodyEncoding(mediaType: string): BodyEncoding {
+  const t = mediaType.split(';')[0]!.trim().toLowerCase();
+  if (t === 'application/json' || (t.startsWith('application/') && t.endsWith('+json'))) return 'json';
+  if (t === 'application/x-www-form-urlencoded') return 'form';
+  return 'raw';
+}
+
+const BACKSLASH = 0x5c;
+const PERCENT = 0x25;
+/** Stands for a decoded character that is neither a digit nor a separator (ends a run). */
+const OTHER = 0x80;
+const EMPTY = new Uint8Array(0);
+
+/** Hex digit values by byte; -1 for a byte that is not a hex digit. */
+const HEX = new Int8Array(256).fill(-1);
+for (let d = 0; d < 10; d++) HEX[ZERO + d] = d;
+for (let d = 0; d < 6; d++) {
+  HEX[0x41 + d] = 10 + d;
+  HEX[0x61 + d] = 10 + d;
+}
+
+function hexValue(c: number | undefined): number {
+  return c === undefined ? -1 : HEX[c]!;
+}
+
+interface Decoder {
+  push(chunk: Uint8Array): Uint8Array;
+  end(): Uint8Array;
+}
+
+const identity: Decoder = { push: (c) => c, end: () => EMPTY };
+
+/** The simple escapes of JSON (RFC 8259 §7) and the byte each stands for. */
+function simpleEscape(c: number): number {
+  switch (c) {
+    case 0x22: // "
+    case 0x5c: // \
+    case 0x2f: // /
+      return c;
+    case 0x62: return 0x08; // b
+    case 0x66: return 0x0c; // f
+    case 0x6e: return 0x0a; // n
+    case 0x72: return 0x0d; // r
+    case 0x74: return 0x09; // t
+    default: return -1;
+  }
+}
+
+/**
+ * Decodes JSON string escapes (RFC 8259 §7): `\uXXXX` below U+0080 becomes that ASCII byte (so
+ * escaped digits, spaces and dashes are seen as such), any other code unit one byte that is
+ * neither digit nor separator; `\n`, `\"` and the like their character. A backslash is valid
+ * JSON only inside a string, so every one is taken as an escape; a malformed escape passes as
+ * written. A chunk without a backslash passes as it is.
+ */
+class JsonEscapeDecoder implements Decoder {
+  /** 0: plain; 1: after `\`; 2–5: after `\u` and (state - 2) hex digits. */
+  private state = 0;
+  private unit = 0;
+  /** The hex digits of an unfinished `\u` escape as written (for a malformed one). */
+  private written: number[] = [];
+
+  push(chunk: Uint8Array): Uint8Array {
+    if (this.state === 0 && chunk.indexOf(BACKSLASH) === -1) return chunk;
+    const out = new Uint8Array(chunk.length + 6);
+    let o = 0;
+    for (let i = 0; i < chunk.length; i++) {
+      const c = chunk[i]!;
+      const state = this.state;
+      if (state === 0) {
+        if (c === BACKSLASH) this.state = 1;
+        else out[o++] = c;
+      } else if (state === 1) {
+        if (c === 0x75 /* u */) {
+          this.state = 2;
+          this.unit = 0;
+          this.written.length = 0;
+          continue;
+        }
+        this.state = 0;
+        const simple = simpleEscape(c);
+        if (simple >= 0) out[o++] = simple;
+        else {
+          // Not an escape JSON has: as written, and `c` again as plain.
+          out[o++] = BACKSLASH;
+          i--;
+        }
+      } else {
+        const h = HEX[c]!;
+        if (h < 0) {
+          out[o++] = BACKSLASH;
+          out[o++] = 0x75;
+          for (const w of this.written) out[o++] = w;
+          this.state = 0;
+          i--;
+          continue;
+        }
+        this.unit = (this.unit << 4) | h;
+        this.written.push(c);
+        if (state === 5) {
+          out[o++] = this.unit < 0x80 ? this.unit : OTHER;
+          this.state = 0;
+        } else this.state = state + 1;
+      }
+    }
+    return out.subarray(0, o);
+  }
+
+  end(): Uint8Array {
+    const state = this.state;
+    this.state = 0;
+    if (state === 0) return EMPTY;
+    if (state === 1) return Uint8Array.of(BACKSLASH);
+    return Uint8Array.from([BACKSLASH, 0x75, ...this.written]);
+  }
+}
+
+/**
+ * Decodes application/x-www-form-urlencoded as its parser does (WHATWG URL §5.1): `+` is a space
+ * and `%XX` the byte XX; a `%` not followed by two hex digits stays as written. Decoded once, as
+ * the destination decodes (`%2534` is `%34` to it, not `4`). A chunk with neither passes as it is.
+ */
+class FormDecoder implements Decoder {
+  /** 0: plain; 1: after `%`; 2: after `%` and one hex digit. */
+  private state = 0;
+  private high = 0;
+  private highByte = 0;
+
+  push(chunk: Uint8Array): Uint8Array {
+    if (this.state === 0 && chunk.indexOf(PERCENT) === -1 && chunk.indexOf(PLUS) === -1) return chunk;
+    const out = new Uint8Array(chunk.length + 2);
+    let o = 0;
+    for (let i = 0; i < chunk.length; i++) {
+      const c = chunk[i]!;
+      if (this.state === 0) {
+        if (c === PERCENT) this.state = 1;
+        else out[o++] = c === PLUS ? SPACE : c;
+        continue;
+      }
+      const h = HEX[c]!;
+      if (h < 0) {
+        // Not an escape: `%` (and the hex digit after it) as written, and `c` again as plain.
+        out[o++] = PERCENT;
+        if (this.state === 2) out[o++] = this.highByte;
+        this.state = 0;
+        i--;
+      } else if (this.state === 1) {
+        this.high = h;
+        this.highByte = c;
+        this.state = 2;
+      } else {
+        out[o++] = (this.high << 4) | h;
+        this.state = 0;
+      }
+    }
+    return out.subarray(0, o);
+  }
+
+  end(): Uint8Array {
+    const state = this.state;
+    this.state = 0;
+    if (state === 0) return EMPTY;
+    return state === 1 ? Uint8Array.of(PERCENT) : Uint8Array.of(PERCENT, this.highByte);
+  }
+}
+
+const UUID_LENGTH = 36;
+const OTHER_BYTE = Uint8Array.of(OTHER);
+
+/**
+ * Replaces every UUID (8-4-4-4-12 hex digits, either case, not glued to another hex digit) by one
+ * byte that ends a run. Candidates are found from the dash 8 bytes in; the last 36 bytes of a
+ * chunk are held back until the next one shows whether they start a UUID.
+ */
+class UuidMasker {
+  private carry: Uint8Array = EMPTY;
+  /** The input byte before the carry (undefined at the start of the body). */
+  private prev: number | undefined;
+
+  push(chunk: Uint8Array, final = false): Uint8Array {
+    let buf = chunk;
+    if (this.carry.length > 0) {
+      buf = new Uint8Array(this.carry.length + chunk.length);
+      buf.set(this.carry);
+      buf.set(chunk, this.carry.length);
+    }
+    // A UUID may start before `limit`: one starting later might not be whole yet, or its next
+    // byte (which must not be a hex digit) not yet known.
+    const limit = final ? buf.length : buf.length - UUID_LENGTH;
+    const parts: Uint8Array[] = [];
+    let last = 0;
+    for (let j = buf.indexOf(DASH, 8); j !== -1; ) {
+      const i = j - 8;
+      if (i >= limit) break;
+      if (hexValue(i === 0 ? this.prev : buf[i - 1]) < 0 && isUuidAt(buf, i) && hexValue(buf[i + UUID_LENGTH]) < 0) {
+        parts.push(buf.subarray(last, i), OTHER_BYTE);
+        last = i + UUID_LENGTH;
+        j = buf.indexOf(DASH, last + 8);
+      } else j = buf.indexOf(DASH, j + 1);
+    }
+    const emitted = Math.max(last, Math.min(Math.max(limit, 0), buf.length));
+    if (emitted > 0) this.prev = buf[emitted - 1];
+    this.carry = buf.slice(emitted);
+    if (parts.length === 0) return buf.subarray(0, emitted);
+    parts.push(buf.subarray(last, emitted));
+    const size = parts.reduce((n, x) => n + x.length, 0);
+    const out = new Uint8Array(size);
+    let o = 0;
+    for (const x of parts) {
+      out.set(x, o);
+      o += x.length;
+    }
+    return out;
+  }
+
+  end(): Uint8Array {
+    return this.push(EMPTY, true);
+  }
+}
+
+function isUuidAt(buf: Uint8Array, i: number): boolean {
+  if (i + UUID_LENGTH > buf.length) return false;
+  for (let k = 0; k < UUID_LENGTH; k++) {
+    const c = buf[i + k]!;
+    if (k === 8 || k === 13 || k === 18 || k === 23) {
+      if (c !== DASH) return false;
+    } else if (hexValue(c) < 0) return false;
+  }
+  return true;
+}
+
+/**
+ * The leak guard's scan of one body: decoded as its media type says (`bodyEncoding`), UUIDs taken
+ * out, then the card-number scan. Streaming, like CardScanner.
+ */
+export class LeakScanner {
+  private readonly decoder: Decoder;
+  private readonly uuids = new UuidMasker();
+  private readonly cards = new CardScanner();
+
+  constructor(encoding: BodyEncoding = 'raw') {
+    this.decoder = encoding === 'json' ? new JsonEscapeDecoder() : encoding === 'form' ? new FormDecoder() : identity;
+  }
+
+  get findings(): number {
+    return this.cards.findings;
+  }
+
+  push(chunk: Uint8Array): void {
+    this.cards.push(this.uuids.push(this.decoder.push(chunk)));
+  }
+
+  end(): number {
+    this.cards.push(this.uuids.push(this.decoder.end()));
+    this.cards.push(this.uuids.end());
+    return this.cards.end();
+  }
+}
+
+/** Card numbers in a whole body, decoded per `encoding` (see LeakScanner). */
+export function countCardNumbers(body: Uint8Array, encoding: BodyEncoding = 'raw'): number {
+  const s = new LeakScanner(encoding);
   s.push(body);
+  return s.end();
+}
+
+/** How much of a buffered body is scanned before other work gets the event loop. */
+const SLICE = 64 * 1024;
+
+/**
+ * countCardNumbers for a buffered body, in slices with the event loop let go between them: a
+ * 5 MB body of short digit groups takes a few hundred ms to scan, which no other request should
+ * wait for in one piece.
+ */
+export async function countCardNumbersYielding(body: Uint8Array, encoding: BodyEncoding = 'raw'): Promise<number> {
+  const s = new LeakScanner(encoding);
+  for (let i = 0; i < body.length; i += SLICE) {
+    if (i > 0) await new Promise<void>((resolve) => setImmediate(resolve));
+    s.push(body.subarray(i, i + SLICE));
+  }
   return s.end();
 }

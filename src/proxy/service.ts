@@ -23,7 +23,8 @@ import { ProxyBody } from './body.js';
 import { compileProxy, type CompiledProxy } from './compile.js';
 import { destinationPath, PROXY_KEY_PARAM, splitProxyTarget } from './destination.js';
 import { outgoingHeaders, responseHeaders } from './headers.js';
-import { CardScanner, countCardNumbers } from './leak-guard.js';
+import { bodyEncoding, countCardNumbersYielding, LeakScanner } from './leak-guard.js';
+import { refuseMethod } from './methods.js';
 import { ProxyTransforms, type TransformContext } from './transforms.js';
 import { UpgradeForwarder } from './upgrade.js';
 import { Upstream, upstreamError, type UpstreamHead } from './upstream.js';
@@ -48,6 +49,19 @@ export interface ProxyServiceOptions {
   trustedPeer: (address: string) => boolean;
 }
 
+/**
+ * Refuses a request whose Transfer-Encoding is anything but `chunked` (RFC 9112 §6.1: 501 for a
+ * coding the server does not implement). Node's parser takes `gzip, chunked` as chunked and hands
+ * on the still-gzipped bytes; they could be neither scanned nor tokenized, and the destination
+ * would get them with no header saying they are compressed.
+ */
+function checkTransferEncoding(te: string | string[] | undefined): void {
+  if (te === undefined) return;
+  const codings = (Array.isArray(te) ? te.join(',') : te).split(',').map((c) => c.trim().toLowerCase()).filter(Boolean);
+  if (codings.length === 1 && codings[0] === 'chunked') return;
+  throw new ServiceError('unsupported_transfer_encoding', { detail: 'The proxy accepts request bodies with Transfer-Encoding: chunked only (use Content-Encoding for a compressed body)' });
+}
+
 function isIdentity(encoding: string | string[] | undefined): boolean {
   const v = Array.isArray(encoding) ? encoding.join(',') : encoding;
   return v === undefined || v.trim() === '' || v.trim().toLowerCase() === 'identity';
@@ -70,13 +84,15 @@ export class ProxyService {
   }
 
   async handle(ctx: Context): Promise<void> {
+    const method = ctx.req.method ?? 'GET';
+    refuseMethod(method);
+    checkTransferEncoding(ctx.req.headers['transfer-encoding']);
     const pp = ctx.proxyPrincipal!;
     const entry = this.entries.get(`${pp.tenant.id}/${pp.proxy.id}`)!;
     const target = splitProxyTarget(ctx.req.url ?? '/');
     const path = destinationPath(entry.proxy.destination, target);
     const peer = normalizeIp(ctx.req.socket.remoteAddress ?? '');
     const headers = outgoingHeaders(ctx.req.headers, { peer, peerTrusted: this.opts.trustedPeer(peer), host: ctx.req.headers.host });
-    const method = ctx.req.method ?? 'GET';
     const { proxy } = entry;
     // What transforms see of the request; a proxy without transforms never builds it.
     const tctx: TransformContext | null =
@@ -87,6 +103,8 @@ export class ProxyService {
 
   /** An authenticated, rate-limited upgrade request (see upgrade.ts). */
   upgrade(ctx: Context, socket: Duplex, head: Buffer): void {
+    refuseMethod(ctx.req.method ?? 'GET');
+    checkTransferEncoding(ctx.req.headers['transfer-encoding']);
     const pp = ctx.proxyPrincipal!;
     const entry = this.entries.get(`${pp.tenant.id}/${pp.proxy.id}`)!;
     const peer = normalizeIp(ctx.req.socket.remoteAddress ?? '');
@@ -109,7 +127,7 @@ export class ProxyService {
       if (length !== undefined) headers['content-length'] = length;
       body = req;
       if (entry.proxy.config.leak_guard === 'log') {
-        const scanner = new CardScanner();
+        const scanner = new LeakScanner(bodyEncoding(mediaType(req)));
         body = req.pipe(
           new Transform({
             transform(chunk: Buffer, _enc, cb) {
@@ -138,7 +156,11 @@ export class ProxyService {
     const body = new ProxyBody(raw, mediaType(ctx.req), this.opts.maxDepth);
     const outcome = await this.transforms.runRequest(proxy, body, headers, tctx);
     const bytes = body.serialize();
-    if (proxy.config.leak_guard !== 'off') this.leakFound(ctx, entry, countCardNumbers(bytes), proxy.config.leak_guard === 'block');
+    if (proxy.config.leak_guard !== 'off') {
+      // Scanned as the destination will decode it: by the Content-Type it is sent with.
+      const findings = await countCardNumbersYielding(bytes, bodyEncoding(headerText(outcome.headers['content-type'])));
+      this.leakFound(ctx, entry, findings, proxy.config.leak_guard === 'block');
+    }
     // Every token of every tokenize step in one all-or-nothing write, before anything leaves.
     if (outcome.prepared.length > 0) await this.opts.tokens.commit(outcome.prepared);
     await this.forward(ctx, entry, { method: tctx.method, path, headers: outcome.headers, body: bytes.length > 0 ? bytes : undefined }, outcome.tokens, tctx);
@@ -232,6 +254,10 @@ export class ProxyService {
     this.upgrades.close();
     await Promise.all([...this.entries.values()].map((e) => e.upstream.destroy()));
   }
+}
+
+function headerText(v: string | string[] | undefined): string {
+  return (Array.isArray(v) ? v[0] : v) ?? '';
 }
 
 function queryObject(params: URLSearchParams): Record<string, string | string[]> {

@@ -10,7 +10,7 @@ import type { ReactorRuntime, TransformArgs } from '../reactors/runtime.js';
 import { parseDefinition, type Definition } from '../vault/definition.js';
 import { ExpressionError, renderInScope } from '../vault/expressions.js';
 import type { Prepared, TokenService } from '../vault/service.js';
-import type { ProxyBody } from './body.js';
+import type { FormEdit, ProxyBody } from './body.js';
 import type { CompiledField, CompiledProxy, ResponseStep } from './compile.js';
 import { cleanTransformHeaders } from './headers.js';
 
@@ -62,17 +62,6 @@ function setIn(tree: Record<string, unknown>, segments: readonly string[], value
   node[segments[segments.length - 1]!] = value;
 }
 
-/**
- * Sets the `index`-th value of the form field `name`, keeping every field where it was (deleting
- * and appending would move the field to the end, and some receivers check the order).
- */
-function replaceFormValue(params: URLSearchParams, name: string, index: number, value: string): void {
-  let seen = 0;
-  const entries = [...params].map(([k, v]): [string, string] => (k === name && seen++ === index ? [k, value] : [k, v]));
-  for (const k of new Set(params.keys())) params.delete(k);
-  for (const [k, v] of entries) params.append(k, v);
-}
-
 function definitionFor(field: CompiledField, data: unknown, errors: FieldErrors, now: number): Definition | null {
   return parseDefinition({ ...field.token, data }, field.label, errors, now);
 }
@@ -83,16 +72,35 @@ interface Found {
   replace: (id: string) => void;
 }
 
-/** The values at the step's pointers, validated as token definitions (400 naming every bad one). */
-function collect(fields: readonly CompiledField[], body: ProxyBody, now: number): Found[] {
+interface Collected {
+  found: Found[];
+  /** Call once every `replace` is done: writes the new values into the body. */
+  done: () => void;
+}
+
+function tooMany(max: number): ServiceError {
+  return new ServiceError('too_many_tokens', {
+    detail: `At most ${max} tokens can be created in one request (max_tokens_per_request); nothing was forwarded`,
+  });
+}
+
+/**
+ * The values at the step's pointers, validated as token definitions (400 naming every bad one).
+ * More than `budget` values is 400 too_many_tokens, found before any is validated.
+ */
+async function collect(fields: readonly CompiledField[], body: ProxyBody, now: number, budget: number, max: number): Promise<Collected> {
   const errors: FieldErrors = {};
   const found: Found[] = [];
-  if (body.isEmpty) return found;
+  let done = () => {};
+  if (body.isEmpty) return { found, done };
   if (body.isJson) {
     const root = body.jsonValue();
-    for (const field of fields) {
+    const hits = fields.flatMap((field) => {
       const hit = lookup(root, field.segments);
-      if (!hit || hit.value === undefined) continue;
+      return hit && hit.value !== undefined ? [{ field, hit }] : [];
+    });
+    if (hits.length > budget) throw tooMany(max);
+    for (const { field, hit } of hits) {
       const def = definitionFor(field, hit.value, errors, now);
       if (def) {
         found.push({
@@ -105,24 +113,33 @@ function collect(fields: readonly CompiledField[], body: ProxyBody, now: number)
     }
     if (found.length > 0) body.setJson(root);
   } else if (body.isForm) {
-    const params = body.formParams();
+    // A form has one level: the pointer `/name` names a field; deeper pointers match nothing.
+    const byName = new Map<string, CompiledField[]>();
     for (const field of fields) {
-      // A form has one level: the pointer `/name` names a field; deeper pointers match nothing.
       if (field.segments.length !== 1) continue;
       const name = field.segments[0]!;
-      const values = params.getAll(name);
-      values.forEach((value, i) => {
-        // Form values are strings: a card field carries the card number alone.
-        const data = field.token.type === 'card' ? { number: value } : value;
-        const def = definitionFor({ ...field, label: values.length > 1 ? `${field.label}[${i}]` : field.label }, data, errors, now);
-        if (def) {
-          found.push({
-            field, def, replace: (id) => replaceFormValue(params, name, i, id),
-          });
-        }
-      });
+      byName.set(name, [...(byName.get(name) ?? []), field]);
     }
-    if (found.length > 0) body.markFormChanged();
+    if (byName.size === 0) return { found, done };
+    // Every occurrence of a field is a token: at most `budget` of them, counted in one pass.
+    const occurrences = await body.formFields(new Set(byName.keys()), budget);
+    if (occurrences === null) throw tooMany(max);
+    const perName = new Map<string, number>();
+    for (const o of occurrences) perName.set(o.name, (perName.get(o.name) ?? 0) + 1);
+    if (occurrences.reduce((n, o) => n + byName.get(o.name)!.length, 0) > budget) throw tooMany(max);
+    const seen = new Map<string, number>();
+    const edits: FormEdit[] = [];
+    for (const o of occurrences) {
+      const i = seen.get(o.name) ?? 0;
+      seen.set(o.name, i + 1);
+      for (const field of byName.get(o.name)!) {
+        // Form values are strings: a card field carries the card number alone.
+        const data = field.token.type === 'card' ? { number: o.value } : o.value;
+        const def = definitionFor({ ...field, label: perName.get(o.name)! > 1 ? `${field.label}[${i}]` : field.label }, data, errors, now);
+        if (def) found.push({ field, def, replace: (id) => edits.push({ ...o, value: id }) });
+      }
+    }
+    done = () => body.replaceFormValues(edits);
   } else {
     throw new ServiceError('unsupported_media_type', {
       detail: 'This proxy tokenizes fields of application/json and application/x-www-form-urlencoded bodies only',
@@ -131,7 +148,7 @@ function collect(fields: readonly CompiledField[], body: ProxyBody, now: number)
   if (Object.keys(errors).length > 0) {
     throw new ServiceError('validation_failed', { detail: 'A field to tokenize has the wrong shape for its token type; nothing was forwarded', errors });
   }
-  return found;
+  return { found, done };
 }
 
 export class ProxyTransforms {
@@ -142,6 +159,8 @@ export class ProxyTransforms {
 
   async runRequest(proxy: CompiledProxy, body: ProxyBody, headers: Record<string, string | string[]>, ctx: TransformContext): Promise<RequestOutcome> {
     const outcome: RequestOutcome = { headers, prepared: [], tokens: {} };
+    // The tenant's per-request token limit (as for /tokenize) counts every tokenize step together.
+    const max = proxy.tenant.max_tokens_per_request;
     for (const step of proxy.request) {
       if (step.kind === 'code') {
         const result = await this.code(step.key, { body: body.forCode(), headers: outcome.headers, method: ctx.method, path: ctx.path, query: ctx.query }, ctx.log);
@@ -149,7 +168,7 @@ export class ProxyTransforms {
         if (result.headers) outcome.headers = cleanTransformHeaders(result.headers);
         continue;
       }
-      const found = collect(step.fields, body, Date.now());
+      const { found, done } = await collect(step.fields, body, Date.now(), max - outcome.prepared.length, max);
       if (found.length === 0) continue;
       const prepared = await this.tokens.prepareAll(proxy.principal, found.map((f) => f.def));
       const named: Record<string, unknown> = {};
@@ -158,6 +177,7 @@ export class ProxyTransforms {
         found[i]!.replace(id);
         setIn(named, found[i]!.field.segments, { id, type: p.def.type });
       });
+      done();
       outcome.prepared.push(...prepared);
       if (step.identifier !== undefined) outcome.tokens[step.identifier] = named;
     }

@@ -165,3 +165,49 @@ t.test('regression: an absolute-form request target escaped the base path', asyn
   for (const got of up.received) t.match(got.url, /^\/(base|api)(\/|$|\?)/, `${got.url} stays under the base path`);
   t.equal(evil.received.length, 0, 'the host named in the target received nothing');
 });
+
+t.test('regression: a dot segment with ;-parameters (..;) reached the destination', async (t) => {
+  // Tomcat and Spring strip `;…` path parameters from a segment before resolving dot segments, so
+  // `/base/..;/admin` is `/admin` to them. The suffix check compared the whole segment with `..`,
+  // and `..;`, `%2e%2e;`, `..;jsessionid=x` and the like were forwarded as they were.
+  const up = await startUpstream(t);
+  const cfg = configWithProxies([{ id: 'p', name: 'p', key: PROXY_KEY, require_auth: false, destination_url: `${up.url}/base/` }]);
+  const s = await startTestService(t, { config: cfg });
+  const refused = [
+    '/proxy/..;/admin',
+    '/proxy/%2e%2e;/admin',
+    '/proxy/%2E%2E;/admin',
+    '/proxy/.%2e;/admin',
+    '/proxy/a/..;/b',
+    '/proxy/a/..;/..;/b',
+    '/proxy/a/..;jsessionid=x/b',
+    '/proxy/..;a=b;c=d/admin',
+    '/proxy/a/..;;/b',
+    '/proxy/a/.;/b',
+    '/proxy/a/%2e;/b',
+    '/proxy/a/..%3b/b',
+    '/proxy/a/..%3B/b',
+    '/proxy/a/%252e%252e;/b',
+    '/proxy/a/%252e%252e%253b/b',
+    '/proxy/a/..;',
+    '/proxy/..;',
+  ];
+  for (const path of refused) {
+    const r = await rawRequest(s.url, { path, headers: { 'svc-proxy-key': PROXY_KEY } });
+    assertProxyError(t, r, 400, 'invalid_proxy_path', `${JSON.stringify(path)}:`);
+  }
+  t.same(up.received.map((r) => r.url), [], 'the destination received none of them');
+  // Parameters on other segments, and look-alikes, are still forwarded as sent.
+  for (const [path, as] of [
+    ['/proxy/a;b=1/c', '/base/a;b=1/c'],
+    ['/proxy/a/...;/b', '/base/a/...;/b'],
+    ['/proxy/a/..b;/c', '/base/a/..b;/c'],
+    ['/proxy/a/;/b', '/base/a/;/b'],
+    ['/proxy/a/x;..', '/base/a/x;..'],
+  ] as const) {
+    const before = up.received.length;
+    const r = await rawRequest(s.url, { path, headers: { 'svc-proxy-key': PROXY_KEY } });
+    t.equal(r.status, 200, `${path}: ${r.text}`);
+    t.equal(up.received[before]?.url, as, `${path} → ${as}`);
+  }
+});

@@ -50,8 +50,13 @@ t.test('tokenize in flight, forward, transform the response', async (t) => {
   const card = await s.call('GET', `/tokens/${sent.card}`, { key: KEYS.private });
   t.equal(card.status, 200);
   t.equal(card.body.data.number, CARD);
+  t.equal(card.body.tenant_id, TENANT_A, "created in the proxy's tenant");
+  t.equal(card.body.created_by, 'proxy:payments', 'created by the proxy');
   const ssn = await s.call('GET', `/tokens/${sent.customer.ssn}`, { key: KEYS.private });
   t.equal(ssn.body.data, SSN);
-  t.equal(ssn.body.tenant_id ?? TENANT_A, TENANT_A);
+  t.equal(ssn.body.tenant_id, TENANT_A, "created in the proxy's tenant");
+  t.equal(ssn.body.created_by, 'proxy:payments');
+  const other = await s.call('GET', `/tokens/${sent.customer.ssn}`, { key: KEYS.tenantB });
+  t.equal(other.status, 404, "another tenant's key does not find it");
   t.notOk(s.logs().includes(CARD));
 });

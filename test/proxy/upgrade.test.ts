@@ -2,7 +2,10 @@
  * Protocol upgrades (WebSocket) through /proxy/*, relayed by http-proxy: the proxy key (and API
  * key) and the rate limit apply as for plain requests; the destination gets the upgrade at the
  * checked path, without SVC-* headers; bytes flow both ways after the 101; proxies that transform
- * or block bodies refuse upgrades; refusals are wrapped problems on the raw socket.
+ * or block bodies refuse upgrades; refusals are wrapped problems on the raw socket. The rate limit
+ * is driven to its 429 with upgrades (sharing one counter with plain requests); a blocking proxy
+ * and one with response transforms only are refused; TRACE and a Transfer-Encoding other than
+ * chunked are refused on upgrades as on plain requests.
  */
 import { createServer, request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -10,6 +13,10 @@ import type { Duplex } from 'node:stream';
 import t from 'tap';
 import { startTestService } from '../helpers/service.js';
 import { configWithProxies, PROXY_KEY, PROXY_KEY_2, PROXY_KEY_3 } from '../helpers/proxy.js';
+import { addProxy, limitedConfig, tenant } from '../rate-limit-http/helpers.js';
+
+const BLOCK_KEY = 'proxy_key_ws_block_0123456789ab';
+const RESP_KEY = 'proxy_key_ws_resp_0123456789abc';
 
 interface Seen {
   url: string;
@@ -33,17 +40,19 @@ async function startEchoUpstream(tap: typeof t): Promise<{ url: string; seen: Se
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
 }
 
-type UpgradeResult = { kind: 'upgraded'; socket: Duplex; status: number } | { kind: 'refused'; status: number; body: any };
+type UpgradeResult =
+  | { kind: 'upgraded'; socket: Duplex; status: number; headers: IncomingHttpHeaders }
+  | { kind: 'refused'; status: number; body: any; headers: IncomingHttpHeaders };
 
-function upgrade(base: string, path: string, headers: Record<string, string>): Promise<UpgradeResult> {
+function upgrade(base: string, path: string, headers: Record<string, string>, method = 'GET'): Promise<UpgradeResult> {
   const u = new URL(base);
   return new Promise((resolve, reject) => {
-    const req = httpRequest({ host: u.hostname, port: u.port, path, agent: false, headers: { connection: 'Upgrade', upgrade: 'websocket', ...headers } });
-    req.on('upgrade', (res, socket) => resolve({ kind: 'upgraded', socket, status: res.statusCode ?? 0 }));
+    const req = httpRequest({ host: u.hostname, port: u.port, path, method, agent: false, headers: { connection: 'Upgrade', upgrade: 'websocket', ...headers } });
+    req.on('upgrade', (res, socket) => resolve({ kind: 'upgraded', socket, status: res.statusCode ?? 0, headers: res.headers }));
     req.on('response', (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ kind: 'refused', status: res.statusCode ?? 0, body: JSON.parse(Buffer.concat(chunks).toString() || 'null') }));
+      res.on('end', () => resolve({ kind: 'refused', status: res.statusCode ?? 0, body: JSON.parse(Buffer.concat(chunks).toString() || 'null'), headers: res.headers }));
     });
     req.on('error', reject);
     req.end();
@@ -68,6 +77,9 @@ const s = await startTestService(t, {
     { id: 'tok', name: 'tok', key: PROXY_KEY_2, require_auth: false, destination_url: `${up.url}/base/`,
       request_transforms: [{ type: 'tokenize', fields: [{ pointer: '/card', token: { type: 'card' } }] }] },
     { id: 'auth', name: 'auth', key: PROXY_KEY_3, destination_url: `${up.url}/base/` },
+    { id: 'block', name: 'block', key: BLOCK_KEY, require_auth: false, destination_url: `${up.url}/base/`, leak_guard: 'block' },
+    { id: 'resp', name: 'resp', key: RESP_KEY, require_auth: false, destination_url: `${up.url}/base/`,
+      response_transforms: [{ type: 'append_header', name: 'x-seen', value: 'yes' }] },
   ]),
 });
 
@@ -109,4 +121,48 @@ t.test('a destination that is down: 502 on the raw socket', async (t) => {
   });
   const r = await upgrade(down.url, '/proxy/x', { 'svc-proxy-key': PROXY_KEY });
   t.match(r, { kind: 'refused', status: 502, body: { proxy_error: { code: 'destination_unreachable' } } });
+});
+
+t.test('a blocking proxy, and one with response transforms only, refuse upgrades: frames would pass unscanned', async (t) => {
+  const before = up.seen.length;
+  const block = await upgrade(s.url, '/proxy/chat', { 'svc-proxy-key': BLOCK_KEY });
+  t.match(block, { kind: 'refused', status: 400, body: { proxy_error: { code: 'upgrade_not_allowed', status: 400 } } }, 'leak_guard: block');
+  const resp = await upgrade(s.url, '/proxy/chat', { 'svc-proxy-key': RESP_KEY });
+  t.match(resp, { kind: 'refused', status: 400, body: { proxy_error: { code: 'upgrade_not_allowed' } } }, 'response transforms');
+  t.equal(up.seen.length, before, 'the destination saw neither');
+  // The same proxies still forward plain requests.
+  const plain = await fetch(`${s.url}/proxy/x`, { headers: { 'svc-proxy-key': BLOCK_KEY } });
+  t.equal(plain.status, 200, 'a plain request through the blocking proxy');
+});
+
+t.test('an upgrade with TRACE is 405, and a Transfer-Encoding other than chunked is 501, before the destination', async (t) => {
+  const before = up.seen.length;
+  const trace = await upgrade(s.url, '/proxy/chat', { 'svc-proxy-key': PROXY_KEY }, 'TRACE');
+  t.match(trace, { kind: 'refused', status: 405, body: { proxy_error: { code: 'method_not_allowed' } } });
+  const te = await upgrade(s.url, '/proxy/chat', { 'svc-proxy-key': PROXY_KEY, 'transfer-encoding': 'gzip, chunked' }, 'POST');
+  t.match(te, { kind: 'refused', status: 501, body: { proxy_error: { code: 'unsupported_transfer_encoding' } } });
+  t.equal(up.seen.length, before, 'the destination saw neither');
+});
+
+t.test('the proxy rate limit counts upgrades: plain requests and upgrades share the counter, the next is 429', async (t) => {
+  const limited = tenant({ custom: { proxy_endpoint: { points: 3, duration_seconds: 60 } }, apps: [{ kind: 'private' }] });
+  const key = addProxy(limited, `${up.url}/limited/`);
+  const rl = await startTestService(t, { config: limitedConfig([limited]) });
+  const before = up.seen.length;
+  const plain = await fetch(`${rl.url}/proxy/x`, { headers: { 'svc-proxy-key': key } });
+  await plain.arrayBuffer();
+  t.equal(plain.status, 200, 'a plain request: 1 of 3');
+  for (const n of [2, 3]) {
+    const r = await upgrade(rl.url, '/proxy/chat', { 'svc-proxy-key': key });
+    t.equal(r.kind, 'upgraded', `upgrade ${n} of 3`);
+    if (r.kind === 'upgraded') r.socket.destroy();
+  }
+  t.equal(up.seen.length, before + 2, 'both upgrades reached the destination');
+  const over = await upgrade(rl.url, '/proxy/chat', { 'svc-proxy-key': key });
+  t.match(over, { kind: 'refused', status: 429, body: { proxy_error: { code: 'rate_limited', status: 429 } } }, 'the fourth (an upgrade) is 429, wrapped');
+  t.ok(over.headers['retry-after'], 'with Retry-After');
+  t.equal(over.headers['ratelimit-limit'], '3', 'and the RateLimit headers');
+  t.equal(up.seen.length, before + 2, 'the refused upgrade never reached the destination');
+  const after = await fetch(`${rl.url}/proxy/x`, { headers: { 'svc-proxy-key': key } });
+  t.equal(after.status, 429, 'a plain request after it is 429 too: one counter');
 });
