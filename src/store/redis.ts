@@ -180,7 +180,27 @@ export interface RedisStoreOptions {
   log?: Logger;
 }
 
-const enc = encodeURIComponent;
+/**
+ * Key-name encoding: encodeURIComponent, except that a lone UTF-16 surrogate (legal in a JSON
+ * string, so possible in metadata, but not in UTF-8) is written as the three bytes of its code
+ * point (WTF-8) where encodeURIComponent would throw URIError (a 500 found by the fuzz suite).
+ * Distinct strings stay distinct key names.
+ */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+function enc(s: string): string {
+  if (!LONE_SURROGATE.test(s)) return encodeURIComponent(s);
+  let out = '';
+  for (const ch of s) {
+    const c = ch.charCodeAt(0);
+    if (ch.length === 1 && c >= 0xd800 && c <= 0xdfff) {
+      out += [0xe0 | (c >> 12), 0x80 | ((c >> 6) & 0x3f), 0x80 | (c & 0x3f)].map((b) => `%${b.toString(16).toUpperCase()}`).join('');
+    } else {
+      out += encodeURIComponent(ch);
+    }
+  }
+  return out;
+}
 
 /** Never carries the command's arguments (ioredis attaches them to reply errors). */
 function sanitize(err: unknown): Error {

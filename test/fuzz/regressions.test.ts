@@ -1,26 +1,20 @@
 /**
- * What the fuzz suite found that src/ still gets wrong, kept as todo tests so the suite stays
- * green while the owner fixes it (the fuzz properties carve the case out with suite.ts knownBug;
- * drop both once this passes).
+ * Regression tests for the two 500s the fuzz suite found (both fixed):
  *
  * Issue 10 finding 9: a definition at the root of the body (or under members named "" only) with
- * a member named after an Object.prototype member answers 500 internal_error instead of 400
- * validation_failed: the field-errors object is a plain `{}`, so `errors["constructor"] ??= []`
- * finds the inherited member and `.push` on it throws (src/vault/definition.ts `add`).
+ * a member named after an Object.prototype member answered 500 internal_error instead of 400
+ * validation_failed: the field-errors object was a plain `{}`, so `errors["constructor"] ??= []`
+ * found the inherited member and `.push` on it threw (src/vault/definition.ts `add`).
  *
  * Redis store, lone surrogates in metadata: a metadata key or value holding a lone UTF-16
- * surrogate (JSON `"\ud800"`) answers 500 internal_error: the store builds its index key names
- * with encodeURIComponent, which throws URIError on it (src/store/redis.ts #t). The embedded store
- * takes the same body (201).
+ * surrogate (JSON `"\ud800"`) answered 500 internal_error: the store built its index key names
+ * with encodeURIComponent, which threw URIError on it (src/store/redis.ts enc now writes a lone
+ * surrogate as WTF-8 bytes). The embedded store takes the same body (201).
  */
 import t from 'tap';
 import { redisSkip, startRedis } from '../helpers/redis.js';
 import { startTestService } from '../helpers/service.js';
 
-// Each assertion that fails today is a todo (reported, not failing the run): they run, so the day
-// the fix lands they pass and the todo can go.
-const FINDING_9 = { todo: 'issue 10 finding 9, being fixed in src/vault' };
-const SURROGATE = { todo: 'src/store/redis.ts builds key names with encodeURIComponent (URIError)' };
 
 t.test('finding 9: Object.prototype member names in a definition are 400, not 500', async (t) => {
   const s = await startTestService(t);
@@ -35,8 +29,8 @@ t.test('finding 9: Object.prototype member names in a definition are 400, not 50
     for (const path of ['/tokenize', '/tokens']) {
       const r = await s.call('POST', path, { raw, headers: { 'content-type': 'application/json' } });
       t.not(r.status, 201, `${path} ${raw}: not accepted`);
-      t.equal(r.status, 400, `${path} ${raw}: ${r.status} ${r.body?.code}`, FINDING_9);
-      t.equal(r.body?.code, 'validation_failed', `${path} ${raw}: the code`, FINDING_9);
+      t.equal(r.status, 400, `${path} ${raw}: ${r.status} ${r.body?.code}`);
+      t.equal(r.body?.code, 'validation_failed', `${path} ${raw}: the code`);
     }
   }
   t.same((await s.call('GET', '/tokens')).body?.data, [], 'and nothing was written');
@@ -49,6 +43,6 @@ t.test('Redis store: metadata with a lone surrogate is not a 500', { skip: redis
   for (const raw of ['{"type":"token","data":"x","metadata":{"k":"\\ud800"}}', '{"type":"token","data":"x","metadata":{"\\udfff":"v"}}']) {
     const r = await s.call('POST', '/tokens', { raw, headers: { 'content-type': 'application/json' } });
     // Stored (as the embedded store does) or refused with a 4xx: either fixes it; a 500 does not.
-    t.ok(r.status < 500, `${raw}: ${r.status} ${r.body?.code}`, SURROGATE);
+    t.ok(r.status < 500, `${raw}: ${r.status} ${r.body?.code}`);
   }
 });
