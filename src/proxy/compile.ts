@@ -8,7 +8,7 @@ import { JsonPointer } from 'json-ptr';
 import type { ApplicationConfig, ProxyConfig, TenantConfig, TokenTemplateConfig } from '../config/schema.js';
 import type { Principal } from '../auth/keys.js';
 import type { ReactorDefinition } from '../reactors/runtime.js';
-import { compileExpression, ExpressionError } from '../vault/expressions.js';
+import { checkDataExpression, compileExpression, ExpressionError } from '../vault/expressions.js';
 import { parseDestination, type DestinationBase } from './destination.js';
 
 /** Segments that would reach an object's prototype (DESIGN: reject them at config load). */
@@ -72,13 +72,25 @@ export function checkProxy(p: ProxyConfig, at: string): string[] {
       } catch (err) {
         problems.push(`${at}.request_transforms[${i}].fields[${fi}].pointer: not a valid JSON pointer (${(err as Error).message})`);
       }
-      for (const [name, expr] of [['fingerprint_expression', f.token.fingerprint_expression], ['mask', f.token.mask]] as const) {
+      // The same rule as for any token's expressions (README "Token definitions"): each must
+      // depend on data; a constant here would pass start-up and then fail every request.
+      const exprs: Array<[string, string | undefined]> = [
+        ['fingerprint_expression', f.token.fingerprint_expression],
+        ['mask', f.token.mask],
+        ...(f.token.search_indexes ?? []).map((x, n): [string, string] => [`search_indexes[${n}]`, x]),
+      ];
+      for (const [name, expr] of exprs) {
         if (expr === undefined) continue;
         try {
-          compileExpression(expr);
+          checkDataExpression(expr);
         } catch (err) {
           problems.push(`${at}.request_transforms[${i}].fields[${fi}].token.${name}: ${err instanceof ExpressionError ? err.message : 'invalid expression'}`);
         }
+      }
+      // Deduplication matches only tokens the caller may read; the proxy creates its tokens as
+      // itself and reads none, so the flag could never match: say so instead of ignoring it.
+      if (f.token.deduplicate_token) {
+        problems.push(`${at}.request_transforms[${i}].fields[${fi}].token.deduplicate_token: not available in a proxy (deduplication only matches tokens the creator may read, and a proxy reads none)`);
       }
     });
   });

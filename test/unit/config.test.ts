@@ -68,3 +68,21 @@ t.test('a missing or unparsable file is a ConfigError', async (t) => {
   writeFileSync(join(dir, 'bad.yaml'), 'server: [unclosed');
   t.throws(() => loadConfigFile({ path: join(dir, 'bad.yaml'), env: {} }), ConfigError);
 });
+
+t.test('proxy tokenize fields: expressions must depend on data, and deduplicate_token is refused', async (t) => {
+  const proxy = (token: Record<string, unknown>) => ({
+    id: 'p', name: 'p', key: 'proxy_key_0123456789abcdef', destination_url: 'http://127.0.0.1:9', require_auth: false,
+    request_transforms: [{ type: 'tokenize', fields: [{ pointer: '/card', token: { type: 'card', ...token } }] }],
+  });
+  const at = 'tenants[0].proxies[0].request_transforms[0].fields[0].token';
+  t.same(problems(tenant([app()], { proxies: [proxy({ fingerprint_expression: '{{ data.number }}', search_indexes: ['{{ data.number | last4 }}'] })] })), []);
+  const found = problems(tenant([app()], {
+    proxies: [proxy({ fingerprint_expression: '{{ "4242424242424242" }}', mask: '{{ tokens }}', search_indexes: ['{{ data.number }}', 'constant'], deduplicate_token: true })],
+  }));
+  t.match(found.find((p) => p.startsWith(`${at}.fingerprint_expression:`)), /must depend on data/);
+  t.match(found.find((p) => p.startsWith(`${at}.mask:`)), /may refer to data only/);
+  t.match(found.find((p) => p.startsWith(`${at}.search_indexes[1]:`)), /must depend on data/);
+  t.notOk(found.some((p) => p.startsWith(`${at}.search_indexes[0]:`)), 'a good index is not named');
+  t.match(found.find((p) => p.startsWith(`${at}.deduplicate_token:`)), /not available in a proxy/);
+  t.notOk(found.join('\n').includes('4242424242424242'), 'no problem echoes the expression text');
+});
