@@ -1,5 +1,5 @@
 /**
- * `ANY /proxy/<suffix>?<query>` (compat.md "Pre-configured proxies"). The pipeline authenticates
+ * `ANY /proxy/<suffix>?<query>` (README "Inbound proxy"). The pipeline authenticates
  * SVC-PROXY-KEY (and, with require_auth, SVC-API-KEY with proxy:invoke) and counts the proxy
  * rate limit before this handler runs; errors of tokenproxy itself are wrapped as
  * `{"proxy_error": {…problem…}}` so a caller can tell them from the destination's own answers.

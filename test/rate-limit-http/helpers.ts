@@ -57,7 +57,7 @@ function permissionsOf(kind: AppKind): Record<string, unknown> {
     case 'private':
       return { permissions: TOKEN_PERMISSIONS, rules: [{ priority: 1, container: '/', transform: 'reveal', permissions: TOKEN_PERMISSIONS }] };
     case 'public':
-      // compat.md: a public application may hold only token:create and token:update.
+      // A public application may hold only token:create and token:update (README).
       return { permissions: ['token:create'] };
     case 'management':
       return { permissions: [] };

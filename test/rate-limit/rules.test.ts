@@ -1,5 +1,5 @@
 /**
- * The rule tables against the spec's "Limits" section, row by row (spec/tokenization-service.md):
+ * The rule tables against the specification's "Limits" tables, row by row (README "Rate limits"):
  * default tier, higher tier, legacy rules.
  */
 import t, { type Test } from 'tap';

@@ -1,5 +1,5 @@
 /**
- * The reactor contract (compat.md "Reactors", issue 4): args in, raw out, tokenize passed back,
+ * The reactor contract (README "Reactors", issue 4): args in, raw out, tokenize passed back,
  * configuration visible, console captured into the log with the reactor id and never the args;
  * errors at registration name the reactor; user errors map to the spec's problems.
  */

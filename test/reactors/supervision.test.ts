@@ -1,5 +1,5 @@
 /**
- * Supervision of the reactor host (DESIGN.md §1): a host that dies or hangs costs only the calls in
+ * Supervision of the reactor host (README "Reactors"): a host that dies or hangs costs only the calls in
  * flight (503 reactor_unavailable); the runtime starts a new host with every registered reactor
  * compiled again, and calls that arrive during the restart wait for it.
  */
