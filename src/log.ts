@@ -3,6 +3,7 @@
  * module ever passes a request body, a header map, a key or a token value to a logger.
  */
 import { pino, type Logger, type DestinationStream } from 'pino';
+import { luhnValid } from './vault/card.js';
 
 export type { Logger };
 
@@ -33,18 +34,6 @@ export const CARD_CENSOR = '[card redacted]';
 const DIGIT_RUN = /\d(?:[ -]?\d){12,}/g;
 const GROUP_SEPARATOR = /[ -]/;
 
-function luhn(digits: string): boolean {
-  let sum = 0;
-  for (let i = 0; i < digits.length; i++) {
-    let d = digits.charCodeAt(digits.length - 1 - i) - 48;
-    if (i % 2 === 1) {
-      d *= 2;
-      if (d > 9) d -= 9;
-    }
-    sum += d;
-  }
-  return sum % 10 === 0;
-}
 
 /**
  * Whether a digit run holds a card number: 13-19 digits that pass the Luhn check, as the whole
@@ -58,7 +47,7 @@ function holdsCard(run: string): boolean {
     for (let last = first; last < groups.length; last++) {
       digits += groups[last];
       if (digits.length > 19) break;
-      if (digits.length >= 13 && luhn(digits)) return true;
+      if (digits.length >= 13 && luhnValid(digits)) return true;
     }
   }
   return false;
