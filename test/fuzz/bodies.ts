@@ -9,6 +9,7 @@
  * runs of 13 to 19 digits, so "the answer does not contain it" can only fail on a real leak.
  */
 import fc from 'fast-check';
+import { luhnCheckDigit } from '../helpers/secrets.js';
 
 /** Replaced in the JSON text by a fresh nonce per body (ASCII, never escaped). */
 export const NONCE = '@@N@@';
@@ -58,18 +59,9 @@ export const plaintext = fc.tuple(oddText, oddText).map(([a, b]) => `${a}${NONCE
 
 const digits = (min: number, max: number) => fc.array(fc.integer({ min: 0, max: 9 }), { minLength: min, maxLength: max }).map((d) => d.join(''));
 
-function checkDigit(body: string): string {
-  let sum = 0;
-  for (let i = body.length - 1, dbl = true; i >= 0; i--, dbl = !dbl) {
-    let d = body.charCodeAt(i) - 48;
-    if (dbl) d = d * 2 > 9 ? d * 2 - 9 : d * 2;
-    sum += d;
-  }
-  return String((10 - (sum % 10)) % 10);
-}
 
 /** A Luhn-valid number of 13 to 19 digits (random: unique in practice). */
-export const cardNumber = digits(12, 18).map((b) => b + checkDigit(b));
+export const cardNumber = digits(12, 18).map((b) => b + luhnCheckDigit(b));
 
 const oddNumber = fc.oneof(
   cardNumber.map((n) => n.slice(0, -1) + String((Number(n.at(-1)) + 1) % 10)), // Luhn-invalid
