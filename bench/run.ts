@@ -13,6 +13,7 @@ const BENCHES: Record<string, { file: string; about: string }> = {
   'rate-limit': { file: 'rate-limit.ts', about: '/tokenize with limits off, in memory, on Redis' },
   reactors: { file: 'reactors.ts', about: 'POST /reactors/{id}/react through HTTP vs the same route without a reactor; cold start; 32 concurrent' },
   proxy: { file: 'proxy.ts', about: '/proxy/* pass-through and tokenizing vs direct, nginx and a bare node:http + undici forwarder' },
+  outbound: { file: 'outbound.ts', about: '/proxy with SVC-PROXY-URL, 2 expressions detokenized, vs the pass-through proxy and a bare forwarder' },
 };
 
 function runOne(name: string, args: string[]): Promise<number> {

@@ -6,7 +6,11 @@
  *   2. /tokenize with 100-token bodies (cards and strings) on the embedded store and on Redis,
  *      tokens/s as a ratio to (1) (target >= 0.5x);
  *   3. single-token /tokenize (one card definition) on both stores, req/s as a ratio to a bare
- *      node:http server answering a constant body of the same size (target >= 0.3x).
+ *      node:http server answering a constant body of the same size (target >= 0.3x);
+ *   4. the same single-token rows on tokenproxy run as its own process (the CLI) with
+ *      `server.workers: 1` and `2`, at log level warn and info (info: an access line a request,
+ *      which with 2 workers goes through the primary), and the ratio 2 vs 1 (no target: the
+ *      machine's cores are shared with the load generator). --no-workers skips them.
  *
  *   npm run bench -- tokenize [--rounds 3] [--duration 3000] [--warmup 500] [--connections 64]
  *                             [--bulk-connections 16] [--crypto-ms 2000]
@@ -29,6 +33,7 @@ import { request } from 'undici';
 import { KeyRing } from '../src/crypto/keyring.js';
 import { createStore } from '../src/store/factory.js';
 import { startBareServer, type BareServer } from './lib/bare.js';
+import { startCliService } from './lib/cli-service.js';
 import { runLoad, startLoadRunner, type LoadOptions, type LoadResult, type LoadRunner } from './lib/load.js';
 import { startBenchRunner } from './lib/wrk.js';
 import { startBenchRedis, type BenchRedis } from './lib/redis.js';
@@ -46,6 +51,7 @@ const { values: args } = parseArgs({
     load: { type: 'string', default: 'wrk' },
     'no-install': { type: 'boolean', default: false },
     'no-redis': { type: 'boolean', default: false },
+    'no-workers': { type: 'boolean', default: false },
   },
 });
 const ROUNDS = Math.max(1, Number(args.rounds));
@@ -145,6 +151,8 @@ interface RowSpec {
   tokensPerRequest: number;
   opts: LoadOptions;
   rounds: RoundResult[];
+  /** A `server.workers` row (4.): compared with its pair, no target of its own. */
+  workers?: { n: number; logLevel: string; problems: () => string[] };
 }
 
 /** One request outside the measurement: proves the route answers 200 with the expected shape. */
@@ -232,6 +240,19 @@ async function main(): Promise<number> {
     for (const svc of services) {
       rows.push({ name: '/tokenize, single token', store: kind(svc), tokensPerRequest: 1, opts: loadOpts(`${svc.url}/tokenize`, SINGLE_BODY, SINGLE_CONNECTIONS), rounds: [] });
     }
+    if (!args['no-workers']) {
+      for (const logLevel of ['warn', 'info']) {
+        for (const n of [1, 2]) {
+          const cli = await startCliService({ workers: n, logLevel });
+          cleanups.push(() => cli.stop());
+          await probe(cli.url, SINGLE_BODY, 1);
+          rows.push({
+            name: `/tokenize, single token, CLI process, workers ${n}, log ${logLevel}`, store: 'embedded', tokensPerRequest: 1,
+            opts: loadOpts(`${cli.url}/tokenize`, SINGLE_BODY, SINGLE_CONNECTIONS), rounds: [], workers: { n, logLevel, problems: cli.problems },
+          });
+        }
+      }
+    }
     rows.push({ name: `bare node:http, ${singleResponse} B body`, store: '-', tokensPerRequest: 0, opts: loadOpts(`${bare.url}/`, SINGLE_BODY, SINGLE_CONNECTIONS), rounds: [] });
 
     const runner = LOAD_MODE === 'inline' ? null
@@ -243,7 +264,11 @@ async function main(): Promise<number> {
       cryptoSamples.push(crypto());
       // Alternate the order so a drift in the machine's load does not always hit the same row.
       const order = round % 2 === 0 ? rows : [...rows].reverse();
-      for (const row of order) row.rounds.push(await measure(runner, row.opts));
+      for (const row of order) {
+        const m = await measure(runner, row.opts);
+        // A CLI process's CPU is not this process's: no figure rather than a wrong one.
+        row.rounds.push(row.workers ? { ...m, srvCpuUsPerRequest: NaN, srvCoreBusy: NaN } : m);
+      }
       process.stdout.write(`round ${round + 1}/${ROUNDS} done (${((performance.now() - started) / 1000).toFixed(0)} s)\n`);
     }
   } finally {
@@ -267,7 +292,7 @@ async function main(): Promise<number> {
     const vsCrypto = tokensPerSec / limit;
     const isBare = row === bareRow;
     const vsBare = row.tokensPerRequest === 1 ? rps / bareRps : isBare ? 1 : null;
-    const met = row.tokensPerRequest === 100 ? vsCrypto >= BULK_TARGET : row.tokensPerRequest === 1 ? (vsBare ?? 0) >= SINGLE_TARGET : null;
+    const met = row.workers ? null : row.tokensPerRequest === 100 ? vsCrypto >= BULK_TARGET : row.tokensPerRequest === 1 ? (vsBare ?? 0) >= SINGLE_TARGET : null;
     return {
       name: row.name, store: row.store, connections: row.opts.connections ?? 0, tokensPerRequest: row.tokensPerRequest,
       rps, rpsRange: [Math.min(...row.rounds.map((r) => r.rps)), Math.max(...row.rounds.map((r) => r.rps))],
@@ -276,7 +301,7 @@ async function main(): Promise<number> {
       srvCpuUsPerToken: median(row.rounds.map((r) => r.srvCpuUsPerRequest)) / (row.tokensPerRequest || 1),
       srvCoreBusy: median(row.rounds.map((r) => r.srvCoreBusy)),
       vsCrypto, vsBare, met,
-      target: row.tokensPerRequest === 100 ? `>= ${BULK_TARGET}x crypto` : row.tokensPerRequest === 1 ? `>= ${SINGLE_TARGET}x bare` : 'baseline',
+      target: row.workers ? 'workers 2 vs 1' : row.tokensPerRequest === 100 ? `>= ${BULK_TARGET}x crypto` : row.tokensPerRequest === 1 ? `>= ${SINGLE_TARGET}x bare` : 'baseline',
       rounds: row.rounds,
     };
   });
@@ -294,6 +319,11 @@ async function main(): Promise<number> {
     ),
   );
   console.log(`\nsrv cpu: this process's CPU per token while serving (crypto alone: ${limitCpu.toFixed(1)} us/token for the limit, ${mixCpu.toFixed(1)} for the 100-token mix); srv cores: that CPU / wall time (1.00 = one core busy)`);
+  for (const logLevel of ['warn', 'info']) {
+    const of = (n: number) => summary.find((s) => s.name.endsWith(`workers ${n}, log ${logLevel}`));
+    const [one, two] = [of(1), of(2)];
+    if (one && two) console.log(`server.workers 2 vs 1 (log ${logLevel}): ${ratio(two.rps / one.rps)} (${num(two.rps)} vs ${num(one.rps)} req/s; p99 ${two.p99.toFixed(2)} vs ${one.p99.toFixed(2)} ms)`);
+  }
   console.log(redisNote || `redis-server: ${redis?.settings} (durable, as the embedded store fsyncs every commit)`);
 
   const failed = summary.filter((s) => s.errors > 0);
@@ -301,6 +331,7 @@ async function main(): Promise<number> {
     const statuses: Record<string, number> = {};
     for (const r of s.rounds) for (const [k, v] of Object.entries(r.statuses)) statuses[k] = (statuses[k] ?? 0) + v;
     console.log(`errors in "${s.name}" (${s.store}): ${JSON.stringify(statuses)} ${[...new Set(s.rounds.flatMap((r) => r.errorSamples))].slice(0, 3).join(' | ')}`);
+    for (const line of rows.find((r) => r.name === s.name && r.store === s.store)?.workers?.problems() ?? []) console.log(`  its log: ${line}`);
   }
   console.log(failed.length === 0 ? 'every response was 200' : `${failed.length} row(s) had non-200 responses or transport errors`);
 

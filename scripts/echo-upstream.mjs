@@ -1,6 +1,7 @@
 // A sample upstream app for the README walkthrough: listens on 127.0.0.1:9090 (or PORT), prints
 // every request it receives (method, path, the X-Forwarded-* headers and the body) and answers
-// 200 with {"received": <the body it got>}. Plain Node, no dependencies: `node scripts/echo-upstream.mjs`.
+// 200 with {"received": <the body it got>} (under /processor/: {"status": "succeeded", …}).
+// Plain Node, no dependencies: `node scripts/echo-upstream.mjs`.
 import { createServer } from 'node:http';
 
 const port = Number(process.env.PORT ?? 9090);
@@ -18,7 +19,11 @@ createServer((req, res) => {
     } catch {
       // not JSON: echoed as a string
     }
-    const body = JSON.stringify({ received });
+    // Under /processor/ it plays a payment processor (README "Outbound proxy"): it answers like
+    // one, without echoing the card back to the caller.
+    const body = req.url.startsWith('/processor/')
+      ? JSON.stringify({ status: 'succeeded', amount: received?.amount ?? null })
+      : JSON.stringify({ received });
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
     res.end(body);
   });

@@ -1,8 +1,8 @@
 // Smoke test of a fresh install, as a new user runs it: `npm start` on the embedded defaults, then
-// the README's examples (tokenize, read the card back, a reactor, the inbound proxy walkthrough
-// with scripts/echo-upstream.mjs on :9090). Used by .ci/run on each Node version; run it from the
-// repository root after `npm ci`: `node scripts/smoke.mjs`. Exits 0 when every answer is as the
-// README shows, 1 with the first difference otherwise. Plain Node, no dependencies.
+// the README's examples (tokenize, read the card back, a reactor, the inbound and outbound proxy
+// walkthroughs with scripts/echo-upstream.mjs on :9090). Used by .ci/run on each Node version; run
+// it from the repository root after `npm ci`: `node scripts/smoke.mjs`. Exits 0 when every answer
+// is as the README shows, 1 with the first difference otherwise. Plain Node, no dependencies.
 import { spawn } from 'node:child_process';
 import { cpSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -96,6 +96,14 @@ try {
   check(r.status === 200 && token.data?.number === CARD, 'GET /tokens/{id} reveals the card to the development key', r.status);
   check(token.data?.cvc === undefined, 'the cvc is never returned');
 
+  // README "Idempotent retries": the same call twice, the second a replay.
+  const idem = { ...headers, 'SVC-IDEMPOTENCY-KEY': `order-${Date.now()}` };
+  const first = await fetch(`${base}/tokenize`, { method: 'POST', headers: idem, body: '{"email":"a@example.com"}' });
+  const again = await fetch(`${base}/tokenize`, { method: 'POST', headers: idem, body: '{"email":"a@example.com"}' });
+  const [firstText, againText] = [await first.text(), await again.text()];
+  check(first.status === 200 && again.status === 200 && firstText === againText && again.headers.get('svc-idempotent-replayed') === 'true',
+    'a retry with the same SVC-IDEMPOTENCY-KEY replays the first answer', { first: first.status, again: again.status });
+
   r = await fetch(`${base}/reactors/card-brand/react`, {
     method: 'POST', headers, body: JSON.stringify({ args: { card: { number: CARD, expiration_month: 12, expiration_year: 2030 } } }),
   });
@@ -111,6 +119,36 @@ try {
   j = await r.json();
   check(r.status === 200 && r.headers.get('svc-proxy-destination-status') === '200', 'the inbound proxy forwards to the upstream', r.status);
   check(/^[0-9a-f-]{36}$/.test(j.received?.card) && /^[0-9a-f-]{36}$/.test(j.received?.customer?.ssn), 'the upstream received token ids, not the card or the ssn', j.received);
+
+  // The outbound proxy walkthrough: charge the card token at the "processor" (the upstream under
+  // /processor/) with an expression; the upstream prints the card, the caller never sees it.
+  const cardToken = r.headers.get('x-card-token');
+  check(/^[0-9a-f-]{36}$/.test(cardToken ?? ''), 'the inbound proxy answers with the card token id in x-card-token', cardToken);
+  const printedBefore = upstream.output().length;
+  r = await fetch(`${base}/proxy/charges`, {
+    method: 'POST',
+    headers: { ...headers, 'SVC-PROXY-URL': 'http://127.0.0.1:9090/processor' },
+    body: JSON.stringify({
+      number: `{{ token: ${cardToken} | json: '$.data.number' }}`,
+      exp: `{{ ${cardToken} | json: '$.expiration_month' }}/{{ ${cardToken} | json: '$.expiration_year' }}`,
+      amount: 1299,
+    }),
+  });
+  const charged = await r.text();
+  check(r.status === 200 && r.headers.get('svc-proxy-destination-status') === '200', 'the outbound proxy forwards to the allowed upstream', { status: r.status, body: charged });
+  check(JSON.parse(charged).status === 'succeeded' && !charged.includes(CARD), "the caller gets the processor's answer, without the card", charged);
+  const printed = await (async () => {
+    for (let i = 0; i < 40; i++) {
+      const out = upstream.output().slice(printedBefore);
+      if (out.includes('"amount":1299')) return out;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    return upstream.output().slice(printedBefore);
+  })();
+  check(printed.includes(`{"number":"${CARD}","exp":"12/2030","amount":1299}`), 'the upstream received (and printed) the card number', printed.slice(0, 300));
+  r = await fetch(`${base}/proxy/charges`, { method: 'POST', headers: { ...headers, 'SVC-PROXY-URL': 'http://169.254.169.254/latest' }, body: '{}' });
+  j = await r.json();
+  check(r.status === 403 && j.proxy_error?.code === 'destination_not_allowed', 'a destination off the allow-list is refused', j);
   console.log(`smoke: all checks passed on node ${process.version}`);
 } catch (err) {
   console.error(`smoke FAILED on node ${process.version}: ${err.message}`);

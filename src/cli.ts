@@ -1,15 +1,17 @@
 /**
  * The command line: `tokenproxy [command] [options]`. Commands other than `start` never start the
- * service; they are the operator's tools for the config (a key's digest, a new key, a master
- * key, checking a file). Every usage problem is one line on stderr and exit 2, never a stack trace.
+ * service; they are the operator's tools (a key's digest, a new key, a master key, checking a
+ * file, telling a running service to reload, rotating the data key). Every usage problem is one
+ * line on stderr and exit 2, never a stack trace.
  *
  * Exit codes: 0 done; 1 the command failed (a bad config, a start-up failure); 2 usage error.
  */
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { sha256 } from './auth/keys.js';
-import { ConfigError, loadConfigFile, type LoadedConfig } from './config/load.js';
+import { ConfigError, type LoadedConfig } from './config/load.js';
+import { loadFullConfig } from './model/compile.js';
 
 export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;
@@ -49,7 +51,7 @@ const KEY_TYPES = ['private', 'public', 'management', 'proxy'] as const;
 
 function loadConfig(values: Values, io: Io): LoadedConfig | null {
   try {
-    return loadConfigFile({ path: values.config as string | undefined });
+    return loadFullConfig({ path: values.config as string | undefined });
   } catch (err) {
     if (err instanceof ConfigError) {
       io.err(`tokenproxy: ${err.message}\n`);
@@ -63,12 +65,44 @@ function digestLine(key: string): string {
   return `{ sha256: "${sha256(key).toString('hex')}" }`;
 }
 
+/** Writes server.pid_file (the process `tokenproxy reload` signals), removed again at exit. */
+function writePidFile(config: LoadedConfig): void {
+  const pidFile = config.server.pid_file;
+  if (!pidFile) return;
+  writeFileSync(pidFile, `${process.pid}\n`);
+  process.on('exit', () => {
+    try {
+      unlinkSync(pidFile);
+    } catch {
+      // Already gone: nothing to clean.
+    }
+  });
+}
+
 /** Starts the service and stops it cleanly on SIGTERM/SIGINT (the process stays up while it runs). */
 async function start(config: LoadedConfig): Promise<number | null> {
   // Loaded here, not at the top: the tool commands need none of the service's modules.
+  const cluster = await import('./cluster.js');
+  if (cluster.isClusterPrimary(config)) {
+    writePidFile(config);
+    return cluster.runPrimary(config);
+  }
   const [{ createLogger }, { startService }] = await Promise.all([import('./log.js'), import('./server.js')]);
-  const log = createLogger(config.log.level);
-  let service: Awaited<ReturnType<typeof startService>>;
+  const log = cluster.workerLogger(createLogger(config.log.level));
+  let service: Awaited<ReturnType<typeof startService>> | undefined;
+  let stopping = false;
+  // Live reload (README "Reload"): the outcome, and every problem of a refused file, is logged.
+  // Handled from the first moment: SIGHUP's default action would end the process. With
+  // server.workers, the primary passes SIGHUP on to every worker (src/cluster.ts).
+  process.on('SIGHUP', () => {
+    if (stopping) return;
+    if (!service) {
+      log.warn({ signal: 'SIGHUP' }, 'ignored: the service is still starting');
+      return;
+    }
+    log.info({ signal: 'SIGHUP' }, 'reloading the configuration');
+    service.reload().catch((err: unknown) => log.error({ error: { type: (err as Error).name } }, 'reload failed; the running configuration is kept'));
+  });
   try {
     service = await startService(config, { log });
   } catch (err) {
@@ -76,8 +110,8 @@ async function start(config: LoadedConfig): Promise<number | null> {
     // At once: a half-started service may still hold handles (a store connection, a reactor host).
     process.exit(EXIT_FAILED);
   }
-  log.info({ url: service.url, store: config.store.kind, config: config.source }, 'tokenproxy listening');
-  let stopping = false;
+  const running = service;
+  log.info({ url: running.url, ...(running.metricsUrl ? { metrics: running.metricsUrl } : {}), store: config.store.kind, config: config.source }, cluster.listeningMessage());
   const stop = (signal: string): void => {
     if (stopping) {
       // A second signal: the operator does not want to wait for the drain.
@@ -86,14 +120,44 @@ async function start(config: LoadedConfig): Promise<number | null> {
     }
     stopping = true;
     log.info({ signal, grace_ms: config.server.shutdown_grace_ms }, 'stopping: draining requests in flight');
-    service.close().then(
+    running.close().then(
       () => process.exit(EXIT_OK),
       () => process.exit(EXIT_FAILED),
     );
   };
-  process.on('SIGTERM', () => stop('SIGTERM'));
-  process.on('SIGINT', () => stop('SIGINT'));
+  cluster.onStopRequest(stop);
+  if (!cluster.isWorkerProcess()) writePidFile(config);
   return null;
+}
+
+/** The process `tokenproxy reload` signals: --pid, else --pid-file, else the config's server.pid_file. */
+function reloadTarget(values: Values, io: Io): number | null {
+  let text = values.pid as string | undefined;
+  let from = '--pid';
+  if (text === undefined) {
+    let file = values['pid-file'] as string | undefined;
+    if (file === undefined) {
+      const config = loadConfig(values, io);
+      if (!config) return null;
+      file = config.server.pid_file;
+      if (!file) {
+        io.err('tokenproxy reload: give --pid or --pid-file, or set server.pid_file in the config\n');
+        return null;
+      }
+    }
+    from = file;
+    try {
+      text = readFileSync(file, 'utf8').trim();
+    } catch (err) {
+      io.err(`tokenproxy reload: cannot read the pid file ${file} (${(err as NodeJS.ErrnoException).code ?? 'error'}); is the service running?\n`);
+      return null;
+    }
+  }
+  if (!/^[1-9][0-9]{0,9}$/.test(text)) {
+    io.err(`tokenproxy reload: ${from} does not hold a process id\n`);
+    return null;
+  }
+  return Number(text);
 }
 
 const commands: Record<string, Command> = {
@@ -150,6 +214,61 @@ const commands: Record<string, Command> = {
       const key = `tp_${type}_${randomBytes(32).toString('base64url')}`;
       io.out(`${key}\n${type === 'proxy' ? `key_sha256: "${sha256(key).toString('hex')}"` : digestLine(key)}\n`);
       return EXIT_OK;
+    },
+  },
+  reload: {
+    summary: 'make a running service re-read its config file (sends SIGHUP)',
+    usage: `tokenproxy reload [--pid PID | --pid-file FILE | --config PATH]\n\nSends SIGHUP to the service. The process is found by --pid, else by the pid file named by\n--pid-file, else by server.pid_file of the config (which \`tokenproxy start\` writes). The service\nlogs the outcome: a valid file is in use at once (settings that need a restart are named); an\ninvalid one is refused with every problem, and the running configuration is kept.\n\n  -p, --pid PID       the service's process id\n      --pid-file FILE a file holding it\n${CONFIG_HELP}`,
+    options: { ...configOption, pid: { type: 'string', short: 'p' }, 'pid-file': { type: 'string' } },
+    run(values, io) {
+      const pid = reloadTarget(values, io);
+      if (pid === null) return EXIT_FAILED;
+      try {
+        process.kill(pid, 'SIGHUP');
+      } catch (err) {
+        io.err(`tokenproxy reload: cannot signal process ${pid} (${(err as NodeJS.ErrnoException).code ?? 'error'})\n`);
+        return EXIT_FAILED;
+      }
+      io.out(`sent SIGHUP to process ${pid}; the service logs the outcome\n`);
+      return EXIT_OK;
+    },
+  },
+  'rotate-data-key': {
+    summary: 'add a new data key to the store and make it current (old tokens stay readable)',
+    usage: `tokenproxy rotate-data-key [--config PATH]\n\nOpens the store of the config (with the service running or not) and adds a new data key, wrapped\nby the master key; new values are sealed with it, values sealed before stay readable with theirs.\nRunning instances use it after their next key refresh (store.data_key_refresh_seconds, a reload,\nor the first value they read that names it). Data keys belong to the store, not to a tenant:\nevery tenant's new values use the new key, so --tenant is refused.\n\n${CONFIG_HELP}`,
+    options: { ...configOption, tenant: { type: 'string' } },
+    async run(values, io) {
+      if (values.tenant !== undefined) {
+        io.err('tokenproxy rotate-data-key: data keys belong to the store and are shared by every tenant; --tenant is not supported (rotate without it)\n');
+        return EXIT_USAGE;
+      }
+      const config = loadConfig(values, io);
+      if (!config) return EXIT_FAILED;
+      const { rotateDataKey } = await import('./crypto/rotate.js');
+      try {
+        const { from, to } = await rotateDataKey(config, (msg) => io.err(`tokenproxy rotate-data-key: ${msg}\n`));
+        io.out(`data key rotated: ${from} -> ${to} (${config.store.kind} store); running instances pick it up within store.data_key_refresh_seconds (${config.store.data_key_refresh_seconds} s) or on reload\n`);
+        return EXIT_OK;
+      } catch (err) {
+        io.err(`tokenproxy rotate-data-key: ${(err as Error).message}\n`);
+        return EXIT_FAILED;
+      }
+    },
+  },
+  'verify-audit': {
+    summary: "verify a tenant's audit trail chain in the configured store",
+    usage: `tokenproxy verify-audit --tenant ID [--config PATH]\n\nChecks that no audit event of the tenant was removed, changed or reordered (each event carries\nthe SHA-256 of the one before it). Exit 0: the chain is intact; 1: it is broken (the first bad\nevent's position is printed) or the store cannot be read; 2: usage error.\n\n  -t, --tenant ID     the tenant's id\n${CONFIG_HELP}`,
+    options: { ...configOption, tenant: { type: 'string', short: 't' } },
+    async run(values, io) {
+      const tenant = values.tenant as string | undefined;
+      if (!tenant) {
+        io.err('tokenproxy verify-audit: --tenant is required; see tokenproxy verify-audit --help\n');
+        return EXIT_USAGE;
+      }
+      const config = loadConfig(values, io);
+      if (!config) return EXIT_FAILED;
+      const { verifyTenantAudit } = await import('./store/audit-verify.js');
+      return verifyTenantAudit(config, tenant, io);
     },
   },
   'gen-master-key': {

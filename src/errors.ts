@@ -1,7 +1,7 @@
 /**
  * The error catalogue: every error the service can answer with, by stable code.
  * Codes are append-only (clients key on them); the README's table is checked against this
- * object by test/unit/errors-readme.test.ts.
+ * object by test/unit/docs.test.ts.
  */
 export const catalogue = {
   // request shape
@@ -22,6 +22,10 @@ export const catalogue = {
   route_not_found: { status: 404, title: 'No such route' },
   method_not_allowed: { status: 405, title: 'Method not allowed' },
   token_conflict: { status: 409, title: 'A token with this id already exists' },
+  // idempotency (SVC-IDEMPOTENCY-KEY)
+  invalid_idempotency_key: { status: 400, title: 'The idempotency key is not valid' },
+  idempotency_key_in_flight: { status: 409, title: 'A request with this idempotency key is in progress' },
+  idempotency_key_reused: { status: 422, title: 'The idempotency key was used with a different request' },
   // rate limits
   rate_limited: { status: 429, title: 'The request has been rate limited' },
   rate_limit_unavailable: { status: 503, title: 'The rate-limit store is unavailable' },
@@ -43,10 +47,22 @@ export const catalogue = {
   destination_timeout: { status: 504, title: 'The destination did not answer in time' },
   destination_response_untransformable: { status: 502, title: 'The destination response cannot be transformed' },
   unsupported_transfer_encoding: { status: 501, title: 'The request transfer coding is not supported' },
+  // detokenization (README "Detokenization")
+  invalid_expression: { status: 400, title: 'A detokenization expression is invalid' },
+  unknown_filter: { status: 400, title: 'A detokenization expression uses an unknown filter' },
+  too_many_expressions: { status: 400, title: 'Too many detokenization expressions in one request' },
+  unknown_token: { status: 400, title: 'An expression names no usable token' },
+  // outbound proxy
+  invalid_proxy_url: { status: 400, title: 'The SVC-PROXY-URL header is not a valid destination' },
+  destination_not_allowed: { status: 403, title: 'The destination is not on the outbound allow-list' },
+  destination_address_refused: { status: 403, title: 'The destination resolves to an address that is refused' },
+  destination_unresolvable: { status: 502, title: 'The destination host name could not be resolved' },
   // service
   store_unavailable: { status: 503, title: 'The token store is unavailable' },
   internal_error: { status: 500, title: 'Internal error' },
   shutting_down: { status: 503, title: 'The service is shutting down' },
+  // metrics
+  metrics_unauthorized: { status: 401, title: 'The metrics bearer token is missing or wrong' },
 } as const satisfies Record<string, { status: number; title: string }>;
 
 export type ErrorCode = keyof typeof catalogue;

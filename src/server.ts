@@ -1,31 +1,38 @@
 /**
- * Wiring only: builds the store, the key ring, the vault, keys, limits and routes from the
- * config, and serves them. Logic lives in the modules wired here.
+ * Wiring only: builds the store, the key ring, the vault, limits and the reactor host once, and
+ * serves the compiled model (src/model/compile.ts: keys, proxies, reactors) through a pipeline
+ * built per model, so a reload (src/model/reload.ts) swaps it whole. Logic lives in the modules
+ * wired here.
  */
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { dirname, resolve } from 'node:path';
+import type { Duplex } from 'node:stream';
 import { healthRoutes } from './api/health.js';
 import { managementRoutes } from './api/management.js';
+import { openApiRoutes } from './api/openapi.js';
 import { proxyRoutes } from './api/proxy.js';
-import { reactorDefinitions, reactorRoutes } from './api/reactors.js';
+import { reactorRoutes } from './api/reactors.js';
 import { tokenRoutes } from './api/tokens.js';
-import { KeyIndex } from './auth/keys.js';
+import { detokenizeRoutes } from './api/detokenize.js';
+import { Detokenizer } from './detokenize/service.js';
 import type { LoadedConfig } from './config/load.js';
-import { KeyRing } from './crypto/keyring.js';
-import { loadMasterKey } from './crypto/master-key.js';
-import { createClientIp, createPeerTrust } from './http/client-ip.js';
+import { openStoreAndRing } from './crypto/open.js';
 import { closeSilentConnections } from './http/connections.js';
+import { Idempotency } from './http/idempotency.js';
 import type { Route } from './http/context.js';
 import { createPipeline, createUpgradeHandler, type PipelineOptions } from './http/pipeline.js';
 import { createLogger, type Logger } from './log.js';
+import { compileModel, ModelRef, type Model } from './model/compile.js';
+import { ReactorHostSync, Reloader, startKeyRefresh, type ReloadOutcome } from './model/reload.js';
+import { metricsEndpoint } from './metrics/endpoint.js';
+import { ServiceMetrics } from './metrics/registry.js';
+import { instrumentStore } from './metrics/store.js';
 import { RateLimitService } from './rate-limit/limiter.js';
 import { createRateLimitStage } from './rate-limit/stage.js';
-import { ReactorRuntime } from './reactors/runtime.js';
-import { proxyTransformDefinitions } from './proxy/compile.js';
 import { connectRefuser } from './proxy/methods.js';
+import { EgressPolicy } from './proxy/egress.js';
+import { OutboundProxy } from './proxy/outbound.js';
 import { ProxyService } from './proxy/service.js';
-import { createStore } from './store/factory.js';
 import type { TokenStore } from './store/types.js';
 import { TokenService } from './vault/service.js';
 
@@ -36,7 +43,20 @@ export interface RunningService {
   port: number;
   store: TokenStore;
   tokens: TokenService;
+  /** Resolves detokenization expressions for every route that has them (and writes the audit trail). */
+  detokenizer: Detokenizer;
   log: Logger;
+  /** The model requests are served with now (swapped by `reload`). */
+  readonly model: Model;
+  /**
+   * Re-reads the config file (SIGHUP): a valid file swaps the model (requests in flight finish on
+   * the old one); an invalid one keeps the running model and logs every problem.
+   */
+  reload(): Promise<ReloadOutcome>;
+  /** http://host:port of the separate metrics listener (metrics.port), else null. */
+  metricsUrl: string | null;
+  /** Every route of the router serving the current model (the OpenAPI document lists them). */
+  readonly routes: readonly Route[];
   /**
    * Graceful stop: /readyz answers 503 at once, the listener stops accepting, idle keep-alive
    * connections are closed, requests in flight get `server.shutdown_grace_ms` to finish (then they
@@ -51,80 +71,138 @@ export interface StartOptions {
 
 const CVC_PURGE_INTERVAL_MS = 60_000;
 
+/** What serves one model: its pipeline and proxies, and how many of its requests are in flight. */
+interface Serving {
+  model: Model;
+  handle: (req: IncomingMessage, res: ServerResponse) => void;
+  upgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
+  proxies: ProxyService;
+  outbound: OutboundProxy;
+  routes: Route[];
+  inFlight: number;
+  retired: boolean;
+}
+
 export async function startService(config: LoadedConfig, opts: StartOptions = {}): Promise<RunningService> {
   const log = opts.log ?? createLogger(config.log.level);
-  // The master key first: a missing or bad key fails before any connection is made.
-  const master = loadMasterKey({
-    fromEnv: config.masterKeyFromEnv,
-    file: config.secrets.master_key_file,
-    storeKind: config.store.kind,
-    dataDir: dirname(resolve(config.store.path)),
-    warn: (msg) => log.warn(msg),
-  });
-  const store = await createStore(config.store, { log });
+  // Compiled first: a bad config fails before the master key is read or a connection is made.
+  const first = compileModel(config);
+  const metrics = config.metrics.enabled ? new ServiceMetrics() : undefined;
+  const { store, ring } = await openStoreAndRing(config, log, undefined, (s) => instrumentStore(s, metrics?.store(config.store.kind)));
   const cleanups: Array<() => Promise<void> | void> = [() => store.close()];
   try {
-    const ring = await KeyRing.open(master, store);
-    master.fill(0);
     const tokens = new TokenService(store, ring, {
       maxDepth: config.server.max_depth,
       cvcRetentionMs: config.store.cvc_retention_seconds * 1000,
+      metrics,
     });
+    const detokenizer = new Detokenizer(store, tokens, { log });
     const limits = RateLimitService.create(config.rate_limits, { log });
     cleanups.push(() => limits.close());
-    // The reactor host process starts only when some tenant has reactors; the main process never
-    // loads isolated-vm itself.
-    const reactors = [...reactorDefinitions(config.tenants), ...proxyTransformDefinitions(config.tenants)];
-    let runtime: ReactorRuntime | null = null;
-    if (reactors.length > 0) {
-      runtime = await ReactorRuntime.start({ log, payloadLimitBytes: config.server.body_limit_bytes });
-      cleanups.push(() => runtime!.close());
-      await runtime.register(reactors);
-    }
-    const proxies = new ProxyService(config.tenants, {
-      tokens, runtime, bodyLimit: config.server.body_limit_bytes, maxDepth: config.server.max_depth, log,
-      trustedPeer: createPeerTrust(config.server.trust_proxy),
-    });
-    cleanups.push(() => proxies.close());
+    // The reactor host process starts only when some tenant has reactors (at start or at a
+    // reload); the main process never loads isolated-vm itself.
+    const reactors = new ReactorHostSync(log, config.server.body_limit_bytes, metrics);
+    cleanups.push(() => reactors.close());
+    await reactors.sync(first.reactors);
+    const rateLimits = createRateLimitStage(limits, metrics);
     let draining = false;
-    const routes: Route[] = [
-      ...healthRoutes(store, () => draining), ...tokenRoutes(tokens), ...managementRoutes(), ...reactorRoutes(runtime, tokens), ...proxyRoutes(proxies),
-    ];
-    const pipelineOptions: PipelineOptions = {
-      routes,
-      keys: new KeyIndex(config.tenants),
-      log,
-      bodyLimit: config.server.body_limit_bytes,
-      maxDepth: config.server.max_depth,
-      clientIp: createClientIp(config.server.trust_proxy),
-      rateLimits: createRateLimitStage(limits),
-      linger: {
-        timeMs: config.server.lingering_time_ms,
-        maxBytes: config.server.lingering_max_bytes ?? 2 * config.server.body_limit_bytes,
-      },
+    const metricsHttp = metricsEndpoint(config.metrics, config.server.host, metrics);
+    const idempotency = new Idempotency({ store, ring, log });
+    cleanups.push(() => idempotency.close());
+    const serve = (model: Model): Serving => {
+      const server = model.config.server;
+      const proxies = new ProxyService(model.proxies, {
+        tokens, runtime: reactors.runtime, bodyLimit: server.body_limit_bytes, maxDepth: server.max_depth, log,
+        trustedPeer: model.trustedPeer, metrics, detokenizer,
+      });
+      // The outbound proxy's allow-lists are the model's: a reload changes them with the rest.
+      const outbound = new OutboundProxy({
+        egress: new EgressPolicy(model.config.tenants), detokenizer, bodyLimit: server.body_limit_bytes, maxDepth: server.max_depth,
+      });
+      const routes: Route[] = idempotency.wrap([
+        ...healthRoutes(store, () => draining), ...tokenRoutes(tokens, detokenizer), ...managementRoutes(), ...reactorRoutes(reactors.runtime, tokens, detokenizer), ...proxyRoutes(proxies, outbound),
+        ...detokenizeRoutes(detokenizer, store), ...metricsHttp.routes,
+      ]);
+      routes.push(...openApiRoutes(() => routes));
+      const pipelineOptions: PipelineOptions = {
+        routes,
+        keys: model.keys,
+        log,
+        bodyLimit: server.body_limit_bytes,
+        maxDepth: server.max_depth,
+        clientIp: model.clientIp,
+        rateLimits,
+        metrics,
+        linger: {
+          timeMs: server.lingering_time_ms,
+          maxBytes: server.lingering_max_bytes ?? 2 * server.body_limit_bytes,
+        },
+      };
+      return {
+        model, proxies, outbound, routes, inFlight: 0, retired: false,
+        handle: createPipeline(pipelineOptions),
+        upgrade: createUpgradeHandler(pipelineOptions, (ctx, socket, head) => proxies.upgrade(ctx, socket, head)),
+      };
     };
+    // The one reference request handling reads; a reload replaces it whole.
+    const live = new ModelRef(first);
+    let serving = serve(first);
+    cleanups.push(() => serving.proxies.close(), () => serving.outbound.close());
     const server = createServer({
       requestTimeout: config.server.request_timeout_ms,
       headersTimeout: config.server.request_header_timeout_ms,
       keepAliveTimeout: 65_000,
-    }, createPipeline(pipelineOptions));
+    }, (req, res) => {
+      // A request is served by the model current when it arrived, to its end.
+      const s = serving;
+      s.inFlight++;
+      res.once('close', () => {
+        if (--s.inFlight === 0 && s.retired) retire(s);
+      });
+      s.handle(req, res);
+    });
     closeSilentConnections(server, config.server.request_header_timeout_ms);
-    server.on('upgrade', createUpgradeHandler(pipelineOptions, (ctx, socket, head) => proxies.upgrade(ctx, socket, head)));
+    server.on('upgrade', (req, socket, head) => serving.upgrade(req, socket, head));
     server.on('connect', connectRefuser(log));
-    cleanups.unshift(() => drainServer(server, config.server.shutdown_grace_ms));
+    cleanups.unshift(() => drainServer(server, live.current.config.server.shutdown_grace_ms));
     const purge = setInterval(() => {
       store.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));
     }, CVC_PURGE_INTERVAL_MS);
     purge.unref();
     cleanups.unshift(() => clearInterval(purge));
+    const refresh = startKeyRefresh(ring, config.store.data_key_refresh_seconds, log);
+    cleanups.unshift(refresh);
+    // An old model's last request is done: its proxy pools close, and reactors the current model
+    // no longer has are disposed.
+    const retire = (s: Serving): void => {
+      void s.proxies.retire();
+      reactors.prune(live.current.reactors).catch((err: unknown) => log.warn({ error: { type: (err as Error).name } }, 'disposing removed reactors failed'));
+    };
+    const reloader = new Reloader(log, ring, reactors, live, (model) => {
+      const old = serving;
+      serving = serve(model);
+      // The rate limiter lets go of removed tenants and of the limiters only they used.
+      limits.retain(model.config.tenants.map((t) => t.id));
+      old.retired = true;
+      if (old.inFlight === 0) retire(old);
+    });
     await new Promise<void>((res, rej) => {
       server.once('error', rej);
       server.listen(config.server.port, config.server.host, () => res());
     });
+    cleanups.unshift(() => metricsHttp.close());
+    const metricsUrl = await metricsHttp.listen();
     const { port, address } = server.address() as AddressInfo;
     const host = address.includes(':') ? `[${address}]` : address;
     return {
-      server, port, url: `http://${host}:${port}`, store, tokens, log,
+      server, port, url: `http://${host}:${port}`, store, tokens, detokenizer, log, metricsUrl,
+      get model() {
+        return live.current;
+      },
+      reload: () => reloader.reload(),
+      get routes() {
+        return serving.routes;
+      },
       close: async () => {
         draining = true;
         for (const c of cleanups) await c();
@@ -134,6 +212,12 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     for (const c of cleanups) await c();
     throw err;
   }
+}
+
+/** A model's proxies and outbound pools close once its last request has ended. */
+function retire(s: Serving): void {
+  void s.proxies.retire();
+  void s.outbound.close();
 }
 
 /** How often a draining server closes the keep-alive connections that have become idle. */

@@ -50,7 +50,9 @@ export async function startBenchService(store: StoreChoice, raw: Record<string, 
   const storeCfg = store.kind === 'embedded'
     ? { kind: 'embedded', path: join(dir!, 'tokens.db') }
     : { kind: 'redis', url: store.url, key_prefix: `bench${randomBytes(4).toString('hex')}:` };
-  const config = buildConfig({ ...raw, store: storeCfg }, { env: { TOKENPROXY_MASTER_KEY: randomBytes(32).toString('base64') } });
+  // TOKENPROXY_BENCH_METRICS=off measures without the metrics registry (README "Metrics"), for a before/after.
+  const metrics = { enabled: process.env.TOKENPROXY_BENCH_METRICS !== 'off' };
+  const config = buildConfig({ ...raw, metrics, store: storeCfg }, { env: { TOKENPROXY_MASTER_KEY: randomBytes(32).toString('base64') } });
   const svc = await startService(config, { log: createLogger('silent') });
   return {
     svc,

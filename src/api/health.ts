@@ -6,12 +6,28 @@ import type { Route } from '../http/context.js';
 import { sendJson } from '../http/respond.js';
 import { ServiceError } from '../errors.js';
 import type { TokenStore } from '../store/types.js';
+import { z } from 'zod';
+import { problem } from './schemas.js';
+
+const healthz = {
+  summary: 'The process is alive',
+  tags: ['health'],
+  responses: { 200: { description: 'Alive', body: z.object({ status: z.literal('ok') }) } },
+};
+const readyz = {
+  summary: 'The token store answers; 503 while it does not or while the service shuts down',
+  tags: ['health'],
+  responses: {
+    200: { description: 'Ready', body: z.object({ status: z.literal('ready'), store: z.string().describe('sqlite or redis') }) },
+    503: problem('Not ready (store_unavailable, shutting_down)'),
+  },
+};
 
 export function healthRoutes(store: TokenStore, draining: () => boolean = () => false): Route[] {
   return [
-    { method: 'GET', path: '/healthz', group: 'health', auth: 'none', handle: async (ctx) => sendJson(ctx.res, 200, { status: 'ok' }, ctx.headers) },
+    { method: 'GET', path: '/healthz', group: 'health', auth: 'none', schemas: healthz, handle: async (ctx) => sendJson(ctx.res, 200, { status: 'ok' }, ctx.headers) },
     {
-      method: 'GET', path: '/readyz', group: 'health', auth: 'none',
+      method: 'GET', path: '/readyz', group: 'health', auth: 'none', schemas: readyz,
       handle: async (ctx) => {
         if (draining()) throw new ServiceError('shutting_down', { detail: 'The service is draining its requests before it stops' });
         try {

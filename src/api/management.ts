@@ -5,6 +5,32 @@
 import type { TenantConfig } from '../config/schema.js';
 import type { Route } from '../http/context.js';
 import { sendJson } from '../http/respond.js';
+import type { RouteSchemas } from '../http/route-schema.js';
+import { z } from 'zod';
+
+const Rule = z.object({ priority: z.number().int(), container: z.string(), permissions: z.array(z.string()), transform: z.string() });
+const bodies = {
+  applications: z.object({
+    id: z.string(), name: z.string(), type: z.enum(['private', 'public', 'management']), permissions: z.array(z.string()),
+    rules: z.array(Rule), legacy: z.boolean(),
+  }),
+  proxies: z.object({
+    id: z.string(), name: z.string(), destination_url: z.string().describe('Without credentials or query'), require_auth: z.boolean(),
+    timeout_ms: z.number().int(), leak_guard: z.enum(['off', 'log', 'block']), request_transforms: z.array(z.string()), response_transforms: z.array(z.string()),
+  }),
+  reactors: z.object({
+    id: z.string(), name: z.string(), timeout_ms: z.number().int(), warm_concurrency: z.number().int(),
+    max_concurrency: z.number().int(), memory_limit_mb: z.number(),
+  }),
+};
+
+function schemasOf(name: keyof typeof bodies): RouteSchemas {
+  return {
+    summary: `The tenant's ${name}, without keys, secrets, code or configuration values (management keys)`,
+    tags: ['management'],
+    responses: { 200: { description: `The ${name}`, body: z.object({ data: z.array(bodies[name]) }) } },
+  };
+}
 
 /** A URL without credentials or query (either may hold a secret). */
 function safeUrl(raw: string): string {
@@ -39,6 +65,7 @@ export function managementRoutes(): Route[] {
     group: 'management',
     auth: 'api',
     kinds: ['management'],
+    schemas: schemasOf(name),
     handle: async (ctx) => sendJson(ctx.res, 200, { data: views[name](ctx.principal!.tenant) }, ctx.headers),
   }));
 }

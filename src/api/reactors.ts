@@ -5,11 +5,36 @@
  */
 import type { TenantConfig } from '../config/schema.js';
 import { ServiceError } from '../errors.js';
-import type { Route } from '../http/context.js';
+import type { Context, Route } from '../http/context.js';
 import { ReactorArgsJson } from '../http/large-json.js';
 import { sendJson } from '../http/respond.js';
 import type { ReactorDefinition, ReactorRuntime } from '../reactors/runtime.js';
 import type { TokenService } from '../vault/service.js';
+import { findTokenIds, substituteJson } from '../detokenize/expressions.js';
+import type { Detokenizer } from '../detokenize/service.js';
+import { z } from 'zod';
+import type { RouteSchemas } from '../http/route-schema.js';
+import { AnyJson, problem } from './schemas.js';
+
+const BODY_DETAIL = 'The body must be an object: {"args": …}';
+
+const reactSchemas: RouteSchemas = {
+  summary: "Run one of the tenant's reactors",
+  tags: ['reactors'],
+  params: z.object({ id: z.string().describe('The reactor id') }),
+  body: { schema: z.object({ args: AnyJson.describe('Passed to the reactor as `args`') }) },
+  // The same answer as a large body gets from the JSON worker (src/http/json-worker.ts).
+  invalid: () => new ServiceError('validation_failed', { detail: BODY_DETAIL }),
+  responses: {
+    200: {
+      description: 'What the reactor returned under `raw`, and the tokens of what it returned under `tokenize` (null when nothing)',
+      body: z.object({ raw: AnyJson, tokens: AnyJson }),
+    },
+    500: problem('The reactor failed (reactor_runtime_error, reactor_out_of_memory, reactor_invalid_output)'),
+    503: problem('The reactor host or the reactor is unavailable (reactor_unavailable, reactor_busy), or a store'),
+    504: problem('The reactor timed out (reactor_timeout)'),
+  },
+};
 
 /** The runtime key of a tenant's reactor. */
 export function reactorKey(tenantId: string, reactorId: string): string {
@@ -36,7 +61,18 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenService): Route[] {
+/**
+ * Expressions in `args` are detokenized before the reactor runs (README "Detokenization"): the
+ * caller needs token:use on every token named; the reactor's answer is not scanned.
+ */
+async function detokenizeArgs(detokenizer: Detokenizer, ctx: Context, args: unknown): Promise<unknown> {
+  const ids = findTokenIds(args);
+  if (ids.length === 0) return substituteJson(args, new Map());
+  const tokens = await detokenizer.resolveForUse(ctx.principal!, ids, { action: 'reactor.args', requestId: ctx.requestId });
+  return substituteJson(args, tokens);
+}
+
+export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenService, detokenizer?: Detokenizer): Route[] {
   return [
     {
       method: 'POST',
@@ -44,6 +80,7 @@ export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenServi
       group: 'reactor',
       auth: 'api',
       permission: 'reactor:invoke',
+      schemas: reactSchemas,
       handle: async (ctx) => {
         const p = ctx.principal!;
         // Another tenant's reactor is as missing as an unknown one.
@@ -54,10 +91,16 @@ export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenServi
         const key = reactorKey(p.tenant.id, ctx.params.id!);
         let result: unknown;
         // A large body was checked and its args serialized in the JSON worker (src/http/large-json.ts).
-        if (body instanceof ReactorArgsJson) result = await runtime.invoke(key, { argsJson: body.argsJson }, { log: ctx.log });
-        else {
-          if (!isObject(body)) throw new ServiceError('validation_failed', { detail: 'The body must be an object: {"args": …}' });
-          result = await runtime.invoke(key, { args: body.args }, { log: ctx.log });
+        // Only a body that holds "{{" can hold an expression: the large path stays off this thread otherwise.
+        if (body instanceof ReactorArgsJson && !(detokenizer && body.argsJson.includes('{{'))) {
+          result = await runtime.invoke(key, { argsJson: body.argsJson }, { log: ctx.log });
+        } else {
+          let args: unknown;
+          if (body instanceof ReactorArgsJson) args = body.argsJson === '' ? undefined : JSON.parse(body.argsJson);
+          else if (!isObject(body)) throw new ServiceError('validation_failed', { detail: BODY_DETAIL });
+          else args = body.args;
+          if (detokenizer) args = await detokenizeArgs(detokenizer, ctx, args);
+          result = await runtime.invoke(key, { args }, { log: ctx.log });
         }
         if (result !== undefined && !isObject(result)) {
           throw new ServiceError('reactor_invalid_output', { detail: 'A reactor must return an object {raw?, tokenize?}' });

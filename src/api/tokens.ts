@@ -1,86 +1,214 @@
 /**
  * Route handlers of the token API: POST /tokenize, POST /tokens, GET/PATCH/DELETE /tokens/{id},
  * GET /tokens, GET and POST /tokens/search (and the /v2 paths that the original hosted service's clients use for list and search).
+ * Query and search bodies are checked by the routes' zod schemas in the pipeline (route-schema.ts);
+ * the token definitions are checked in the vault (src/vault/definition.ts).
  */
+import { z } from 'zod';
 import type { Context, Route } from '../http/context.js';
 import { sendEmpty, sendJson } from '../http/respond.js';
+import { validationFailed, type InputPart, type RouteSchemas } from '../http/route-schema.js';
 import { ServiceError } from '../errors.js';
 import type { TokenFilter } from '../store/types.js';
 import { setOwn } from '../vault/definition.js';
 import type { TokenService } from '../vault/service.js';
+import { AnyJson, problem, TokenDefinition, TokenPage, TokenRecord } from './schemas.js';
+import type { Detokenizer } from '../detokenize/service.js';
+import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE } from './paging.js';
 
-const DEFAULT_PAGE_SIZE = 20;
-const MAX_PAGE_SIZE = 100;
 
-function pageSize(raw: unknown): number {
-  if (raw === undefined || raw === null || raw === '') return DEFAULT_PAGE_SIZE;
-  const n = typeof raw === 'number' ? raw : Number(raw);
-  if (!Number.isInteger(n) || n < 1 || n > MAX_PAGE_SIZE) {
-    throw new ServiceError('validation_failed', { detail: `size must be an integer from 1 to ${MAX_PAGE_SIZE}`, errors: { size: [`must be 1 to ${MAX_PAGE_SIZE}`] } });
+/** A query parameter's first value (URLSearchParams.get), or the last (a repeated filter: the last wins). */
+const first = <T>(v: T | T[]): T => (Array.isArray(v) ? v[0]! : v);
+const last = <T>(v: T | T[]): T => (Array.isArray(v) ? v[v.length - 1]! : v);
+const blank = (v: unknown) => (v === '' || v === null ? undefined : v);
+const oneOrMore = z.union([z.string(), z.array(z.string())]);
+
+const pageSize = (pick: (v: unknown) => unknown = first) =>
+  z.preprocess((v) => blank(pick(v)), z.coerce.number().int().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE))
+    .describe(`Page size, 1 to ${MAX_PAGE_SIZE} (default ${DEFAULT_PAGE_SIZE})`);
+const cursor = (pick: (v: unknown) => unknown = first) =>
+  z.preprocess((v) => blank(pick(v)), z.string().nullable().default(null)).describe('The pagination.next of the previous page');
+
+const METADATA_PARAM = /^metadata\..+$/s;
+const LIST_PARAMS = new Set(['type', 'container', 'fingerprint', 'id', 'size', 'start']);
+
+/**
+ * The list query. Unknown parameters are found on the raw query (a parsed object would have
+ * dropped a `__proto__` parameter); `metadata.<key>` parameters pass through the catchall.
+ */
+const ListQuery = z.preprocess(
+  (q, ctx) => {
+    for (const k of Object.keys(q as object)) {
+      if (!LIST_PARAMS.has(k) && !METADATA_PARAM.test(k)) ctx.issues.push({ code: 'custom', input: q, path: [k], message: 'unknown parameter', params: { unknownParameter: true } });
+    }
+    return q;
+  },
+  z
+    .object({
+      type: oneOrMore.transform((v) => last(v)).optional().describe('token or card'),
+      container: oneOrMore.transform((v) => last(v)).optional(),
+      fingerprint: oneOrMore.transform((v) => last(v)).optional(),
+      id: oneOrMore.transform((v) => (Array.isArray(v) ? v : [v])).optional().describe('A token id; repeat for several'),
+      size: pageSize(first),
+      start: cursor(first),
+    })
+    .catchall(oneOrMore.transform((v) => last(v))),
+);
+
+const SearchQuery = z.object({
+  query: oneOrMore.transform((v) => first(v)).optional().describe('The search query, e.g. data:4242 type:card metadata.customer:"c 1"'),
+  size: pageSize(first),
+  start: cursor(first),
+});
+
+const SearchBody = z.object({
+  query: z.string({ error: 'must be a string' }).optional(),
+  size: pageSize((v) => v),
+  start: cursor((v) => v),
+});
+
+const IdParams = z.object({ id: z.string().describe('The token id') });
+
+/**
+ * The errors these routes have always answered (clients key on them): an unknown list parameter,
+ * a body that is not an object, a query that is not a string, a bad size, a cursor that is not a string.
+ */
+function pageInvalid(issues: readonly z.core.$ZodIssue[], part: InputPart): ServiceError {
+  const on = (field: string) => issues.some((i) => i.path[0] === field);
+  if (issues.some((i) => i.code === 'custom' && i.params?.unknownParameter)) {
+    return new ServiceError('validation_failed', { detail: 'Unknown list parameter; use type, container, fingerprint, id, metadata.<key>, size, start' });
   }
-  return n;
+  if (part === 'body' && issues.some((i) => i.path.length === 0)) {
+    return new ServiceError('validation_failed', { detail: 'The body must be an object: {"query": "...", "start": null, "size": 20}' });
+  }
+  if (on('query')) return new ServiceError('validation_failed', { errors: { query: ['must be a string'] } });
+  if (on('size')) {
+    return new ServiceError('validation_failed', { detail: `size must be an integer from 1 to ${MAX_PAGE_SIZE}`, errors: { size: [`must be 1 to ${MAX_PAGE_SIZE}`] } });
+  }
+  if (on('start')) return new ServiceError('invalid_cursor');
+  return validationFailed(issues, part);
 }
 
-function cursor(raw: unknown): string | null {
-  if (raw === undefined || raw === null || raw === '') return null;
-  if (typeof raw !== 'string') throw new ServiceError('invalid_cursor');
-  return raw;
-}
-
-function listFilter(params: URLSearchParams): TokenFilter {
+function listFilter(q: z.output<typeof ListQuery>): TokenFilter {
   const filter: TokenFilter = {};
   const metadata: Record<string, string> = {};
-  for (const [k, v] of params) {
-    if (k === 'type') filter.type = v;
-    else if (k === 'container') filter.container = v;
-    else if (k === 'fingerprint') filter.fingerprint = v;
-    else if (k === 'id') (filter.ids ??= []).push(v);
-    else if (k.startsWith('metadata.') && k.length > 9) setOwn(metadata, k.slice(9), v);
-    else if (k !== 'size' && k !== 'start') {
-      throw new ServiceError('validation_failed', { detail: 'Unknown list parameter; use type, container, fingerprint, id, metadata.<key>, size, start' });
-    }
-  }
+  if (q.type !== undefined) filter.type = q.type;
+  if (q.container !== undefined) filter.container = q.container;
+  if (q.fingerprint !== undefined) filter.fingerprint = q.fingerprint;
+  if (q.id !== undefined) filter.ids = q.id;
+  for (const [k, v] of Object.entries(q)) if (METADATA_PARAM.test(k)) setOwn(metadata, k.slice(9), v as string);
   if (Object.keys(metadata).length) filter.metadata = metadata;
   return filter;
 }
 
 const isMergePatch = (t: string) => t === 'application/merge-patch+json';
 
-export function tokenRoutes(tokens: TokenService): Route[] {
+const page = { 200: { description: 'A page of tokens, each shown by the access rule of the key', body: TokenPage } };
+const record = (description: string) => ({ 200: { description, body: TokenRecord } });
+const definitionBody = {
+  schema: TokenDefinition,
+  validate: false,
+  description: 'One token definition (validated by the vault, which names every bad field: 400 validation_failed)',
+} as const;
+
+const schemas = {
+  tokenize: {
+    summary: 'Tokenize every definition and plain string of any JSON body, all or nothing',
+    tags: ['tokens'],
+    body: {
+      schema: AnyJson,
+      validate: false,
+      description: 'Any JSON: each {type, data, …} object (a TokenDefinition) and each plain string becomes a token; the rest is kept as it is',
+    },
+    responses: { 200: { description: 'The same shape, with each definition replaced by its record and each plain string by its token id', body: AnyJson } },
+  },
+  create: {
+    summary: 'Create one token',
+    tags: ['tokens'],
+    body: definitionBody,
+    responses: { 201: { description: 'The new token (or, with deduplicate_token, the existing one)', body: TokenRecord }, 409: { ...problem('A token with this id exists (token_conflict)') } },
+  },
+  list: {
+    summary: 'List the tokens the key may search, newest first',
+    tags: ['tokens'],
+    query: ListQuery,
+    queryDescription: '`metadata.<key>=<value>` filters on a metadata member (repeatable, all must match). Any other parameter is refused (400 validation_failed).',
+    invalid: pageInvalid,
+    responses: page,
+  },
+  searchGet: { summary: 'Search tokens with the query language', tags: ['tokens'], query: SearchQuery, invalid: pageInvalid, responses: page },
+  searchPost: {
+    summary: 'Search tokens with the query language (the query in the body)',
+    tags: ['tokens'],
+    body: { schema: SearchBody },
+    invalid: pageInvalid,
+    responses: page,
+  },
+  read: { summary: 'Read a token, shown by the access rule of the key', tags: ['tokens'], params: IdParams, responses: record('The token') },
+  update: {
+    summary: 'Change a token with an RFC 7396 merge patch',
+    tags: ['tokens'],
+    params: IdParams,
+    body: {
+      schema: z.record(z.string(), z.unknown()).describe('Members of a TokenDefinition to replace; null removes one. type, id and containers cannot change'),
+      mediaTypes: ['application/merge-patch+json'],
+      validate: false,
+    },
+    responses: record('The token after the patch'),
+  },
+  remove: { summary: 'Delete a token', tags: ['tokens'], params: IdParams, responses: { 204: { description: 'Deleted' } } },
+} satisfies Record<string, RouteSchemas>;
+
+/**
+ * `audit`: every answer that reveals plaintext (a reveal rule) is recorded in the audit trail
+ * before it is sent (README "Audit trail").
+ */
+export function tokenRoutes(tokens: TokenService, audit?: Detokenizer): Route[] {
+  const revealed = async <T extends { data: Array<Record<string, unknown>> }>(ctx: Context, page: T): Promise<T> => {
+    await audit?.auditReads(ctx.principal!, page.data, ctx.requestId);
+    return page;
+  };
   const list = async (ctx: Context) => {
-    const q = ctx.url.searchParams;
-    sendJson(ctx.res, 200, await tokens.list(ctx.principal!, { filter: listFilter(q), size: pageSize(q.get('size') ?? undefined), start: cursor(q.get('start')) }, ctx.log), ctx.headers);
+    const q = ctx.query as z.output<typeof ListQuery>;
+    const page = await tokens.list(ctx.principal!, { filter: listFilter(q), size: q.size, start: q.start }, ctx.log);
+    sendJson(ctx.res, 200, await revealed(ctx, page), ctx.headers);
   };
   const searchGet = async (ctx: Context) => {
-    const q = ctx.url.searchParams;
-    sendJson(ctx.res, 200, await tokens.search(ctx.principal!, q.get('query') ?? '', pageSize(q.get('size') ?? undefined), cursor(q.get('start')), ctx.log), ctx.headers);
+    const q = ctx.query as z.output<typeof SearchQuery>;
+    const page = await tokens.search(ctx.principal!, q.query ?? '', q.size, q.start, ctx.log);
+    sendJson(ctx.res, 200, await revealed(ctx, page), ctx.headers);
   };
   const searchPost = async (ctx: Context) => {
-    const body = await ctx.readJson();
-    if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-      throw new ServiceError('validation_failed', { detail: 'The body must be an object: {"query": "...", "start": null, "size": 20}' });
-    }
-    const b = body as Record<string, unknown>;
-    if (b.query !== undefined && typeof b.query !== 'string') throw new ServiceError('validation_failed', { errors: { query: ['must be a string'] } });
-    sendJson(ctx.res, 200, await tokens.search(ctx.principal!, (b.query as string | undefined) ?? '', pageSize(b.size), cursor(b.start), ctx.log), ctx.headers);
+    const b = (await ctx.readJson()) as z.output<typeof SearchBody>;
+    const page = await tokens.search(ctx.principal!, b.query ?? '', b.size, b.start, ctx.log);
+    sendJson(ctx.res, 200, await revealed(ctx, page), ctx.headers);
   };
   const api = { auth: 'api' } as const;
   return [
-    { ...api, method: 'POST', path: '/tokenize', group: 'tokenize', permission: 'token:create',
+    { ...api, method: 'POST', path: '/tokenize', group: 'tokenize', permission: 'token:create', idempotent: true, schemas: schemas.tokenize,
       handle: async (ctx) => sendJson(ctx.res, 200, await tokens.tokenize(ctx.principal!, await ctx.readJson()), ctx.headers) },
-    { ...api, method: 'POST', path: '/tokens', group: 'tokens.create', permission: 'token:create',
+    { ...api, method: 'POST', path: '/tokens', group: 'tokens.create', permission: 'token:create', idempotent: true, schemas: schemas.create,
       handle: async (ctx) => sendJson(ctx.res, 201, await tokens.create(ctx.principal!, await ctx.readJson()), ctx.headers) },
-    { ...api, method: 'GET', path: '/tokens', group: 'tokens.list', permission: 'token:search', handle: list },
-    { ...api, method: 'GET', path: '/v2/tokens', group: 'tokens.list', permission: 'token:search', handle: list },
-    { ...api, method: 'GET', path: '/tokens/search', group: 'tokens.search.get', permission: 'token:search', handle: searchGet },
-    { ...api, method: 'GET', path: '/v2/tokens/search', group: 'tokens.search.get', permission: 'token:search', handle: searchGet },
-    { ...api, method: 'POST', path: '/tokens/search', group: 'tokens.search.post', permission: 'token:search', handle: searchPost },
-    { ...api, method: 'POST', path: '/v2/tokens/search', group: 'tokens.search.post', permission: 'token:search', handle: searchPost },
-    { ...api, method: 'GET', path: '/tokens/:id', group: 'tokens.read', permission: 'token:read',
-      handle: async (ctx) => sendJson(ctx.res, 200, await tokens.read(ctx.principal!, ctx.params.id!, ctx.log), ctx.headers) },
-    { ...api, method: 'PATCH', path: '/tokens/:id', group: 'tokens.update', permission: 'token:update',
-      handle: async (ctx) => sendJson(ctx.res, 200, await tokens.update(ctx.principal!, ctx.params.id!, await ctx.readJson(isMergePatch), ctx.log), ctx.headers) },
-    { ...api, method: 'DELETE', path: '/tokens/:id', group: 'tokens.delete', permission: 'token:delete',
+    { ...api, method: 'GET', path: '/tokens', group: 'tokens.list', permission: 'token:search', schemas: schemas.list, handle: list },
+    { ...api, method: 'GET', path: '/v2/tokens', group: 'tokens.list', permission: 'token:search', schemas: schemas.list, handle: list },
+    { ...api, method: 'GET', path: '/tokens/search', group: 'tokens.search.get', permission: 'token:search', schemas: schemas.searchGet, handle: searchGet },
+    { ...api, method: 'GET', path: '/v2/tokens/search', group: 'tokens.search.get', permission: 'token:search', schemas: schemas.searchGet, handle: searchGet },
+    { ...api, method: 'POST', path: '/tokens/search', group: 'tokens.search.post', permission: 'token:search', schemas: schemas.searchPost, handle: searchPost },
+    { ...api, method: 'POST', path: '/v2/tokens/search', group: 'tokens.search.post', permission: 'token:search', schemas: schemas.searchPost, handle: searchPost },
+    { ...api, method: 'GET', path: '/tokens/:id', group: 'tokens.read', permission: 'token:read', schemas: schemas.read,
+      handle: async (ctx) => {
+        const record = await tokens.read(ctx.principal!, ctx.params.id!, ctx.log);
+        await revealed(ctx, { data: [record] });
+        sendJson(ctx.res, 200, record, ctx.headers);
+      } },
+    { ...api, method: 'PATCH', path: '/tokens/:id', group: 'tokens.update', permission: 'token:update', idempotent: true, schemas: schemas.update,
+      handle: async (ctx) => {
+        // The answer is the updated record as a read shows it: under a reveal rule, a reveal.
+        const record = await tokens.update(ctx.principal!, ctx.params.id!, await ctx.readJson(isMergePatch), ctx.log);
+        await revealed(ctx, { data: [record] });
+        sendJson(ctx.res, 200, record, ctx.headers);
+      } },
+    { ...api, method: 'DELETE', path: '/tokens/:id', group: 'tokens.delete', permission: 'token:delete', schemas: schemas.remove,
       handle: async (ctx) => {
         await tokens.remove(ctx.principal!, ctx.params.id!);
         sendEmpty(ctx.res, 204, ctx.headers);

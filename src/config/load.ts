@@ -1,18 +1,20 @@
 /**
  * Configuration loading: file + environment → validate → resolve code files → freeze.
  * The only module that reads process.env and config files.
+ *
+ * src/config/ is a leaf: it imports nothing from the rest of src/. The checks that need another
+ * module (a proxy's pointers and expressions, rate-limit rule names, trust_proxy CIDRs) are given
+ * by the caller as `checks` (src/model/compile.ts `modelChecks`), so one ConfigError still names
+ * every problem of a file.
  */
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import type { z } from 'zod';
-import { parseCidr } from '../http/client-ip.js';
-import { checkProxy } from '../proxy/compile.js';
-import { validateCustomRateLimits } from '../rate-limit/rules.js';
-import { configSchema, PUBLIC_PERMISSIONS, type Config } from './schema.js';
+import { MAX_CODE_LENGTH } from './limits.js';
+import { configSchema, PUBLIC_PERMISSIONS, TYPE_ONLY_PERMISSIONS, type Config } from './schema.js';
 
-/** Spec: maximum code length accepted by a Reactor (also for proxy code transforms). */
-export const MAX_CODE_LENGTH = 50_000;
+export { MAX_CODE_LENGTH };
 
 export const DEFAULT_CONFIG_PATH = 'config/tokenproxy.yaml';
 
@@ -30,9 +32,13 @@ export interface LoadedConfig extends Config {
   readonly masterKeyFromEnv: string | undefined;
 }
 
+/** More checks of a schema-valid config (each problem prefixed with its path); run after the code files are read. */
+export type ConfigChecks = (cfg: Config) => string[];
+
 export interface LoadOptions {
   path?: string;
   env?: NodeJS.ProcessEnv;
+  checks?: ConfigChecks;
 }
 
 /** `tenants[0].applications[1].permissions[2]` from a zod path. */
@@ -65,11 +71,11 @@ export function loadConfigFile(opts: LoadOptions = {}): LoadedConfig {
   } catch (err) {
     throw new ConfigError([`${path}: not valid YAML or JSON: ${(err as Error).message.split('\n')[0]}`]);
   }
-  return buildConfig(raw ?? {}, { source: path, env });
+  return buildConfig(raw ?? {}, { source: path, env, checks: opts.checks });
 }
 
 /** Validates an in-memory config object (tests and embedding use this directly). */
-export function buildConfig(raw: unknown, opts: { source?: string | null; env?: NodeJS.ProcessEnv; baseDir?: string } = {}): LoadedConfig {
+export function buildConfig(raw: unknown, opts: { source?: string | null; env?: NodeJS.ProcessEnv; baseDir?: string; checks?: ConfigChecks } = {}): LoadedConfig {
   const env = opts.env ?? process.env;
   // A section left with only comments in YAML parses as null: treat it as absent (defaults).
   const input = raw && typeof raw === 'object' && !Array.isArray(raw)
@@ -88,6 +94,7 @@ export function buildConfig(raw: unknown, opts: { source?: string | null; env?: 
   const source = opts.source ?? null;
   const baseDir = opts.baseDir ?? (source ? dirname(source) : process.cwd());
   const problems = [...checkReferences(cfg), ...resolveCode(cfg, baseDir)];
+  if (opts.checks) problems.push(...opts.checks(cfg));
   if (problems.length) throw new ConfigError(problems);
 
   const loaded: LoadedConfig = { ...cfg, source, masterKeyFromEnv: env.TOKENPROXY_MASTER_KEY };
@@ -97,20 +104,22 @@ export function buildConfig(raw: unknown, opts: { source?: string | null; env?: 
 /** Cross-field rules the schema cannot say alone. */
 function checkReferences(cfg: Config): string[] {
   const problems: string[] = [];
-  cfg.server.trust_proxy.forEach((c, i) => {
-    if (!parseCidr(c)) problems.push(`server.trust_proxy[${i}]: not an IP address or CIDR`);
-  });
   if (cfg.server.request_header_timeout_ms > cfg.server.request_timeout_ms) {
     problems.push('server.request_header_timeout_ms: must not be above server.request_timeout_ms');
   }
-  if (cfg.rate_limits.enabled && cfg.rate_limits.store === 'redis' && !cfg.rate_limits.url) {
-    problems.push('rate_limits.url: required when rate_limits.store is redis');
+  if (cfg.rate_limits.enabled && cfg.rate_limits.store === 'redis' && !cfg.rate_limits.url && !cfg.rate_limits.cluster && !cfg.rate_limits.sentinel) {
+    problems.push('rate_limits.url: required (or cluster or sentinel) when rate_limits.store is redis');
+  }
+  problems.push(...redisProblems('store', cfg.store), ...redisProblems('rate_limits', cfg.rate_limits));
+  // Two listeners on one port fail at start with "address in use"; say why before that.
+  if (cfg.metrics.enabled && cfg.metrics.port !== undefined && cfg.metrics.port !== 0 && cfg.metrics.port === cfg.server.port
+    && (cfg.metrics.host ?? cfg.server.host) === cfg.server.host) {
+    problems.push('metrics.port: must differ from server.port (a separate listener for /metrics); leave it out to serve /metrics on server.port');
   }
   const tenantIds = new Set<string>();
   const keys = new Set<string>();
   cfg.tenants.forEach((t, ti) => {
     const at = `tenants[${ti}]`;
-    for (const p of validateCustomRateLimits(t.rate_limit_tier, t.custom_rate_limits)) problems.push(`${at}.custom_rate_limits: ${p}`);
     if (tenantIds.has(t.id.toLowerCase())) problems.push(`${at}.id: duplicate tenant id`);
     tenantIds.add(t.id.toLowerCase());
     t.applications.forEach((a, ai) => {
@@ -120,6 +129,11 @@ function checkReferences(cfg: Config): string[] {
         granted.forEach((p) => {
           if (!PUBLIC_PERMISSIONS.includes(p)) problems.push(`${ap}: a public application may hold only ${PUBLIC_PERMISSIONS.join(', ')}, not "${p}"`);
         });
+      }
+      for (const { permission, type } of TYPE_ONLY_PERMISSIONS) {
+        if (a.type !== type && a.type !== 'public' && (a.permissions.includes(permission) || a.rules.some((r) => r.permissions.includes(permission)))) {
+          problems.push(`${ap}: only a ${type} application may hold "${permission}" (this one is ${a.type})`);
+        }
       }
       a.keys.forEach((k, ki) => {
         const id = typeof k === 'string' ? `p:${k}` : `h:${k.sha256.toLowerCase()}`;
@@ -139,9 +153,19 @@ function checkReferences(cfg: Config): string[] {
       if (proxyIds.has(p.id)) problems.push(`${pp}.id: duplicate proxy id "${p.id}"`);
       proxyIds.add(p.id);
       if ((p.key === undefined) === (p.key_sha256 === undefined)) problems.push(`${pp}: give exactly one of key and key_sha256`);
-      problems.push(...checkProxy(p, pp));
     });
   });
+  return problems;
+}
+
+/** One Redis topology per section; on a Cluster the tenant's hash tag must be the key's first `{…}`. */
+function redisProblems(at: string, r: Config['store'] | Config['rate_limits']): string[] {
+  const problems: string[] = [];
+  const given = (['url', 'cluster', 'sentinel'] as const).filter((k) => r[k] !== undefined);
+  if (given.length > 1) problems.push(`${at}: give one of url, cluster and sentinel, not ${given.join(' and ')}`);
+  if (r.cluster && /[{}]/.test(r.key_prefix)) {
+    problems.push(`${at}.key_prefix: must not contain { or } on a Redis Cluster (the keys carry the tenant as their hash tag, which the first {…} would replace)`);
+  }
   return problems;
 }
 

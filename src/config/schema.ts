@@ -3,6 +3,7 @@
  * `npm run schema` writes its JSON Schema to config/tokenproxy.schema.json for editors.
  */
 import { z } from 'zod';
+import { REACTOR_LIMITS, type ReactorLimitField } from './limits.js';
 
 export const PERMISSIONS = [
   'token:create',
@@ -12,11 +13,20 @@ export const PERMISSIONS = [
   'token:search',
   'proxy:invoke',
   'reactor:invoke',
+  /** Use tokens inside the service (detokenization for the outbound proxy, transforms, reactor args): private keys only. */
+  'token:use',
+  /** Read the audit trail (GET /logs): management keys only. */
+  'log:read',
 ] as const;
 export type Permission = (typeof PERMISSIONS)[number];
 
 /** A public key (browsers, mobile apps) may hold only these. */
 export const PUBLIC_PERMISSIONS: readonly Permission[] = ['token:create', 'token:update'];
+/** Permissions only one application type may hold (checked when the config is loaded). */
+export const TYPE_ONLY_PERMISSIONS: ReadonlyArray<{ permission: Permission; type: 'private' | 'management' }> = [
+  { permission: 'token:use', type: 'private' },
+  { permission: 'log:read', type: 'management' },
+];
 
 const permission = z.enum(PERMISSIONS, {
   error: (iss) => `unknown permission ${JSON.stringify(iss.input)}`,
@@ -56,18 +66,22 @@ const codeSource = {
   code: z.string().optional(),
 };
 
+const limit = (field: ReactorLimitField) => {
+  const r = REACTOR_LIMITS[field];
+  return z.number().int().min(r.min).max(r.max).default(r.default);
+};
+
 const reactor = z.strictObject({
   id: z.string().min(1).max(100),
   name: z.string().min(1),
   ...codeSource,
   configuration: z.record(z.string(), z.string()).default({}),
-  /** Spec: synchronous invoke timeout 30 s; never above. */
-  timeout_ms: z.number().int().min(1).max(30_000).default(30_000),
-  /** Spec: hot concurrency 1. */
-  warm_concurrency: z.number().int().min(1).max(64).default(1),
-  max_concurrency: z.number().int().min(1).max(256).default(8),
-  queue_limit: z.number().int().min(0).max(10_000).default(100),
-  memory_limit_mb: z.number().int().min(8).max(2048).default(128),
+  /** Bounds and defaults: src/config/limits.ts (spec: timeout never above 30 s, hot concurrency 1). */
+  timeout_ms: limit('timeout_ms'),
+  warm_concurrency: limit('warm_concurrency'),
+  max_concurrency: limit('max_concurrency'),
+  queue_limit: limit('queue_limit'),
+  memory_limit_mb: limit('memory_limit_mb'),
 });
 
 const tokenTemplate = z.strictObject({
@@ -87,6 +101,8 @@ const requestTransform = z.discriminatedUnion('type', [
     identifier: z.string().optional(),
     fields: z.array(z.strictObject({ pointer: z.string(), token: tokenTemplate })).min(1),
   }),
+  /** Expressions in the body, header values and query swapped for plaintext (needs require_auth). */
+  z.strictObject({ type: z.literal('detokenize') }),
 ]);
 
 const responseTransform = z.discriminatedUnion('type', [
@@ -95,6 +111,23 @@ const responseTransform = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('append_json'), location: z.string(), value: z.string() }),
   z.strictObject({ type: z.literal('append_header'), name: z.string().min(1), value: z.string() }),
 ]);
+
+/** An origin a tenant may send detokenized data to (README "Outbound proxy"). */
+const allowedDestination = z.union([
+  z.string(),
+  z.strictObject({
+    origin: z.string(),
+    /** A private CA (PEM file) trusted for this destination, on top of the system store. */
+    tls: z.strictObject({ ca_file: z.string() }).optional(),
+  }),
+]);
+
+const outbound = z.strictObject({
+  /** Origins (`https://*.stripe.com`); empty: the outbound proxy refuses every destination. */
+  allowed_destinations: z.array(allowedDestination).default([]),
+  /** Connect, response headers, and between body chunks. */
+  timeout_ms: z.number().int().min(1).max(300_000).default(25_000),
+});
 
 const proxy = z.strictObject({
   id: z.string().min(1).max(100),
@@ -129,12 +162,37 @@ const tenant = z.strictObject({
   applications: z.array(application).default([]),
   reactors: z.array(reactor).default([]),
   proxies: z.array(proxy).default([]),
+  outbound: outbound.prefault({}),
 });
+
+/**
+ * Where a Redis is (the token store's and the rate limits'): `url` (one node), `cluster` or
+ * `sentinel` (src/redis/connect.ts); at most one of them (checked by the loader).
+ */
+const secretRef = z.union([z.string().min(1), z.strictObject({ file: z.string().min(1) })]);
+const redisTopology = {
+  cluster: z.strictObject({ nodes: z.array(z.string().min(1)).min(1) }).optional(),
+  sentinel: z
+    .strictObject({
+      sentinels: z.array(z.string().min(1)).min(1),
+      name: z.string().min(1),
+      password: secretRef.optional(),
+    })
+    .optional(),
+  username: z.string().optional(),
+  password: secretRef.optional(),
+  tls: z.union([z.boolean(), z.strictObject({ ca_file: z.string().optional() })]).optional(),
+};
 
 export const configSchema = z.strictObject({
   server: z
     .strictObject({
       host: z.string().default('127.0.0.1'),
+      /**
+       * Worker processes serving the port (node:cluster); 'auto' is one per core
+       * (os.availableParallelism()). 1 runs no cluster at all.
+       */
+      workers: z.union([z.number().int().min(1).max(256), z.literal('auto')]).default(1),
       port: z.number().int().min(0).max(65535).default(8080),
       /** Spec: 5 MB payload limit for reactors and transforms; also the body limit of every route. */
       body_limit_bytes: z.number().int().min(1).max(100 * 1024 * 1024).default(5 * 1024 * 1024),
@@ -157,16 +215,29 @@ export const configSchema = z.strictObject({
       lingering_time_ms: z.number().int().min(0).max(60_000).default(5_000),
       /** The same bound in bytes discarded; default (when absent) twice body_limit_bytes. */
       lingering_max_bytes: z.number().int().min(0).optional(),
+      /** Where `tokenproxy start` writes its process id (for `tokenproxy reload`); none when absent. */
+      pid_file: z.string().optional(),
     })
     .prefault({}),
   store: z
     .strictObject({
       kind: z.enum(['embedded', 'redis']).default('embedded'),
       path: z.string().default('./data/tokens.db'),
-      url: z.string().default('redis://127.0.0.1:6379'),
+      /** Absent with neither cluster nor sentinel: redis://127.0.0.1:6379 (src/redis/connect.ts). */
+      url: z.string().optional(),
+      ...redisTopology,
       key_prefix: z.string().default('tp:'),
+      /** After each write, WAIT for this many replicas (0: do not wait; README "Redis"). */
+      wait_replicas: z.number().int().min(0).max(16).default(0),
+      wait_timeout_ms: z.number().int().min(1).max(60_000).default(500),
       /** The cvc is purged after a retention window (README "Token definitions"). */
       cvc_retention_seconds: z.number().int().min(0).default(3600),
+      /**
+       * How often a running instance reloads the data keys from the store, to pick up a key that
+       * `tokenproxy rotate-data-key` (or another instance) added; 0: only on reload and when a
+       * value names a key this instance does not hold yet.
+       */
+      data_key_refresh_seconds: z.number().int().min(0).default(30),
     })
     .prefault({}),
   secrets: z
@@ -184,9 +255,30 @@ export const configSchema = z.strictObject({
       enabled: z.boolean().default(true),
       store: z.enum(['memory', 'redis']).default('memory'),
       url: z.string().optional(),
+      ...redisTopology,
       key_prefix: z.string().default('tp:rl:'),
       on_store_error: z.enum(['reject', 'allow']).default('reject'),
       timeout_ms: z.number().int().min(1).default(200),
+    })
+    .prefault({}),
+  /** GET /metrics (README "Metrics"): not rate limited, not API-key authenticated. */
+  metrics: z
+    .strictObject({
+      enabled: z.boolean().default(true),
+      /**
+       * When set, /metrics requires `Authorization: Bearer <token>`: the token itself, or its SHA-256
+       * (`{ sha256: "…" }`, as `tokenproxy hash-key` prints) to keep it out of the file.
+       */
+      token: z
+        .union([
+          z.string().min(16, 'a metrics token must be at least 16 characters'),
+          z.strictObject({ sha256: z.string().regex(/^[0-9a-f]{64}$/i, 'must be 64 hex digits') }),
+        ])
+        .optional(),
+      /** When set, /metrics is served only on this port (a listener of its own), not on server.port. */
+      port: z.number().int().min(0).max(65535).optional(),
+      /** Address of that listener; default server.host. */
+      host: z.string().optional(),
     })
     .prefault({}),
   tenants: z.array(tenant).default([]),

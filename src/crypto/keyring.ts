@@ -57,11 +57,15 @@ function freshIv(): Buffer {
   return iv;
 }
 
-function gcmSeal(key: KeyObject, plaintext: Buffer, aad: Buffer): string {
+/** A string plaintext is encrypted as its UTF-8 bytes without a Buffer copy of it first. */
+function gcmSeal(key: KeyObject, plaintext: Buffer | string, aad: Buffer): string {
   const iv = freshIv();
   const cipher = createCipheriv('aes-256-gcm', key, iv, { authTagLength: TAG_BYTES });
   cipher.setAAD(aad);
-  const body = Buffer.concat([cipher.update(plaintext), cipher.final(), cipher.getAuthTag()]);
+  const ct = typeof plaintext === 'string' ? cipher.update(plaintext, 'utf8') : cipher.update(plaintext);
+  // GCM's final() yields no bytes; it only computes the tag.
+  cipher.final();
+  const body = Buffer.concat([ct, cipher.getAuthTag()]);
   return `${iv.toString('base64url')}.${body.toString('base64url')}`;
 }
 
@@ -83,6 +87,22 @@ function gcmOpen(key: KeyObject, { iv, body }: { iv: Buffer; body: Buffer }, aad
   } catch {
     return null;
   }
+}
+
+/** Types are few (token, card): their prefixes are built once. */
+const typePrefixes = new Map<string, Buffer>();
+
+/** The fingerprint's type, length-prefixed, so ("a", "bc") and ("ab", "c") never collide. */
+function typePrefix(type: string): Buffer {
+  let prefix = typePrefixes.get(type);
+  if (!prefix) {
+    const typeBytes = Buffer.from(type, 'utf8');
+    prefix = Buffer.alloc(4 + typeBytes.length);
+    prefix.writeUInt32BE(typeBytes.length);
+    typeBytes.copy(prefix, 4);
+    if (typePrefixes.size < 64) typePrefixes.set(type, prefix);
+  }
+  return prefix;
 }
 
 function sealAad(kid: string, aad: string): Buffer {
@@ -109,6 +129,8 @@ export class KeyRing {
   #active = '';
   #tenantKeys = new Map<string, KeyObject>();
   #refreshing: Promise<void> | null = null;
+  /** The wrapped keys the ring was last loaded from: a refresh that reads the same skips the unwrap. */
+  #loadedFrom = '';
 
   private constructor(master: Buffer, store: TokenStore) {
     this.#store = store;
@@ -150,7 +172,7 @@ export class KeyRing {
     const kid = this.#active;
     const key = this.#keys.get(kid);
     if (!key) throw new Error('the key ring has no active data key');
-    return `${SEAL_VERSION}.${kid}.${gcmSeal(key, Buffer.from(plaintext, 'utf8'), sealAad(kid, aad))}`;
+    return `${SEAL_VERSION}.${kid}.${gcmSeal(key, plaintext, sealAad(kid, aad))}`;
   }
 
   /** Throws SealedValueError (malformed, tampered, wrong AAD) or UnknownKeyError. */
@@ -203,11 +225,7 @@ export class KeyRing {
 
   /** Keyed digest of a token's fingerprint value, unique per tenant and type (hex). */
   fingerprint(tenantId: string, type: string, value: string): string {
-    const typeBytes = Buffer.from(type, 'utf8');
-    const len = Buffer.alloc(4);
-    len.writeUInt32BE(typeBytes.length);
-    // Length-prefixed type, so ("a", "bc") and ("ab", "c") never collide.
-    return createHmac('sha256', this.#tenantKey('fingerprint', tenantId)).update(len).update(typeBytes).update(value, 'utf8').digest('hex');
+    return createHmac('sha256', this.#tenantKey('fingerprint', tenantId)).update(typePrefix(type)).update(value, 'utf8').digest('hex');
   }
 
   /** Keyed digest of an evaluated search index, per tenant (hex). */
@@ -266,9 +284,12 @@ export class KeyRing {
   /** Unwraps every key before swapping, so a failure leaves the ring as it was. */
   #load(wrapped: WrappedDataKey[]): void {
     if (wrapped.length === 0) throw new Error('the store holds no data keys');
+    const from = JSON.stringify(wrapped.map((w) => [w.kid, w.wrapped]));
+    if (from === this.#loadedFrom) return;
     const keys = new Map<string, KeyObject>();
     for (const w of wrapped) keys.set(w.kid, this.#unwrap(w));
     this.#keys = keys;
     this.#active = wrapped[wrapped.length - 1].kid;
+    this.#loadedFrom = from;
   }
 }

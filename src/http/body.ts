@@ -85,15 +85,20 @@ export function jsonDepthExceeds(buf: Buffer, maxDepth: number): boolean {
  */
 export type LargeBodyMode = 'walked' | 'small' | 'args' | 'here';
 
-/** Reads and parses a JSON body; `accept` lists the media types allowed (415 otherwise). */
+/**
+ * Reads and parses a JSON body; `accept` lists the media types allowed (415 otherwise); `observe`
+ * gets the raw bytes once read, before they are parsed.
+ */
 export async function readJson(
   req: IncomingMessage, limit: number, maxDepth: number, accept: (type: string) => boolean = isJsonType, large: LargeBodyMode = 'here',
+  observe?: (raw: Buffer) => Promise<void>,
 ): Promise<unknown> {
   const type = mediaType(req);
   if (!accept(type)) {
     throw new ServiceError('unsupported_media_type', { detail: `Content-Type ${type || '(none)'} is not accepted here` });
   }
   const buf = await readBody(req, limit);
+  if (observe) await observe(buf);
   if (buf.length > LARGE_JSON_BYTES && large === 'walked') return LargeJsonBody.parse(buf, maxDepth, Date.now());
   if (buf.length > LARGE_JSON_BYTES && large === 'small') return parseElsewhere(buf, maxDepth);
   if (buf.length > LARGE_JSON_BYTES && large === 'args') return ReactorArgsJson.parse(buf, maxDepth);

@@ -6,6 +6,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { KeyKind, Principal, ProxyPrincipal } from '../auth/keys.js';
 import type { Permission } from '../config/schema.js';
 import type { Logger } from '../log.js';
+import type { RouteSchemas } from './route-schema.js';
 
 import type { RouteGroup } from '../rate-limit/rules.js';
 
@@ -26,8 +27,14 @@ export interface Context {
   proxyPrincipal?: ProxyPrincipal;
   /** Headers every response of this request carries (trace id, rate-limit headers). */
   headers: Record<string, string>;
-  /** Reads the JSON body within the configured limits (415/413/400 otherwise). */
-  readJson(accept?: (mediaType: string) => boolean): Promise<unknown>;
+  /** The query as parsed by the route's `schemas.query` (set only when the route has one). */
+  query?: Record<string, unknown>;
+  /**
+   * Reads the JSON body within the configured limits (415/413/400 otherwise), checked by the
+   * route's `schemas.body`. `observe` sees the raw bytes before they are parsed (the idempotency
+   * stage hashes them) and may throw.
+   */
+  readJson(accept?: (mediaType: string) => boolean, observe?: (raw: Buffer) => Promise<void>): Promise<unknown>;
 }
 
 export interface Route {
@@ -43,7 +50,11 @@ export interface Route {
   wrapErrors?: 'proxy_error';
   /** Route-level permission (container-level checks happen in the vault). */
   permission?: Permission;
+  /** SVC-IDEMPOTENCY-KEY is honoured: the first successful answer is stored and replayed (http/idempotency.ts). */
+  idempotent?: boolean;
   /** Key kinds admitted (default: all). */
   kinds?: readonly KeyKind[];
+  /** Request and response schemas: they validate the request and make the OpenAPI document (route-schema.ts). */
+  schemas?: RouteSchemas;
   handle(ctx: Context): Promise<void>;
 }

@@ -5,24 +5,12 @@
  */
 import { parentPort } from 'node:worker_threads';
 import { ServiceError } from '../errors.js';
-import { rebuild, summarizeTokenize, type WalkSummary } from '../vault/walk.js';
+import { rebuild, summarizeTokenize } from '../vault/walk.js';
+import type { WorkerAnswer, WorkerTask } from './json-worker-messages.js';
 import { jsonDepthExceeds } from './body.js';
 
 /** max_tokens_per_request is at most 100 (config schema): a walk that counts 101 leaves has seen enough. */
 const LEAF_CAP = 100;
-
-export type WorkerTask =
-  | { id: number; op: 'plan'; bytes: Uint8Array; maxDepth: number; now: number }
-  | { id: number; op: 'render'; bytes: Uint8Array; results: unknown[] }
-  | { id: number; op: 'value'; bytes: Uint8Array; maxDepth: number; maxValues: number }
-  | { id: number; op: 'args'; bytes: Uint8Array; maxDepth: number };
-
-export type WorkerAnswer =
-  | { id: number; ok: true; summary: WalkSummary }
-  | { id: number; ok: true; value: unknown }
-  | { id: number; ok: true; argsJson: string }
-  | { id: number; ok: true; json: Uint8Array }
-  | { id: number; ok: false; error: { code: ServiceError['code']; detail?: string | undefined; errors?: ServiceError['errors'] } | null };
 
 function parse(bytes: Uint8Array, maxDepth: number | null): unknown {
   const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);

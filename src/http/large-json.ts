@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { ServiceError } from '../errors.js';
 import { PreplannedBody, type WalkSummary } from '../vault/walk.js';
-import type { WorkerAnswer, WorkerTask } from './json-worker.js';
+import type { WorkerAnswer, WorkerTask } from './json-worker-messages.js';
 
 /** Bodies above this size are parsed off the event loop (a worst-case 64 KB body takes a few ms). */
 export const LARGE_JSON_BYTES = 64 * 1024;

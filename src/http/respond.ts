@@ -25,6 +25,13 @@ function writeJson(res: ServerResponse, status: number, bytes: Buffer, headers: 
   res.end(bytes);
 }
 
+/** A text body in a given content type (the Prometheus exposition format of GET /metrics). */
+export function sendText(res: ServerResponse, status: number, body: string, contentType: string, headers: Record<string, string> = {}): void {
+  if (res.destroyed) return;
+  res.writeHead(status, { ...headers, 'content-type': contentType, 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
 export function sendEmpty(res: ServerResponse, status: number, headers: Record<string, string> = {}): void {
   res.writeHead(status, headers);
   res.end();

@@ -1,17 +1,18 @@
 /**
- * Proxies compiled once at start-up (DESIGN §8.3): JSON pointers parsed (json-ptr), regexes and
+ * Proxies compiled once at start-up: JSON pointers parsed (json-ptr), regexes and
  * expressions compiled, code transforms turned into reactor-runtime definitions, the destination
  * split into a fixed origin and base path. `checkProxy` reports config problems by path, so a bad
  * pointer or regex stops start-up with a message instead of failing requests.
  */
 import { JsonPointer } from 'json-ptr';
+import { transformLimits } from '../config/limits.js';
 import type { ApplicationConfig, ProxyConfig, TenantConfig, TokenTemplateConfig } from '../config/schema.js';
 import type { Principal } from '../auth/keys.js';
 import type { ReactorDefinition } from '../reactors/runtime.js';
 import { checkDataExpression, compileExpression, ExpressionError } from '../vault/expressions.js';
 import { parseDestination, type DestinationBase } from './destination.js';
 
-/** Segments that would reach an object's prototype (DESIGN: reject them at config load). */
+/** Segments that would reach an object's prototype (rejected at config load). */
 const FORBIDDEN_SEGMENTS = new Set(['__proto__', 'constructor', 'prototype']);
 const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
@@ -25,7 +26,8 @@ export interface CompiledField {
 
 export type RequestStep =
   | { kind: 'tokenize'; identifier: string | undefined; fields: CompiledField[] }
-  | { kind: 'code'; key: string };
+  | { kind: 'code'; key: string }
+  | { kind: 'detokenize' };
 
 export type ResponseStep =
   | { kind: 'code'; key: string }
@@ -43,6 +45,8 @@ export interface CompiledProxy {
   principal: Principal;
   /** The body must be read before forwarding (a request transform, or the leak guard blocks). */
   buffered: boolean;
+  /** Has a `detokenize` request transform (README "Outbound proxy"). */
+  detokenizes: boolean;
 }
 
 /** The reactor-runtime key of a proxy's code transform. */
@@ -94,6 +98,15 @@ export function checkProxy(p: ProxyConfig, at: string): string[] {
       }
     });
   });
+  p.request_transforms.forEach((tr, i) => {
+    if (tr.type !== 'detokenize') return;
+    const here = `${at}.request_transforms[${i}]`;
+    // The plaintext is the calling key's to use (token:use): a proxy anyone with its key may call
+    // would hand out every token of the tenant.
+    if (!p.require_auth) problems.push(`${here}: a detokenize transform needs require_auth: true (the calling API key's token:use decides)`);
+    // Last, so neither user code nor a tokenize step ever sees the plaintext.
+    if (i !== p.request_transforms.length - 1) problems.push(`${here}: detokenize must be the last request transform`);
+  });
   p.response_transforms.forEach((tr, i) => {
     const here = `${at}.response_transforms[${i}]`;
     if (tr.type === 'mask') {
@@ -124,17 +137,19 @@ export function checkProxy(p: ProxyConfig, at: string): string[] {
 }
 
 export function compileProxy(tenant: TenantConfig, config: ProxyConfig): CompiledProxy {
-  const request: RequestStep[] = config.request_transforms.map((tr, i) =>
+  const request: RequestStep[] = config.request_transforms.map((tr, i): RequestStep =>
     tr.type === 'code'
       ? { kind: 'code', key: transformKey(tenant.id, config.id, 'request', i) }
-      : {
-          kind: 'tokenize',
-          identifier: tr.identifier,
-          fields: tr.fields.map((f) => {
-            const segments = pointerSegments(f.pointer);
-            return { segments, label: segments.join('.'), token: f.token };
-          }),
-        },
+      : tr.type === 'detokenize'
+        ? { kind: 'detokenize' }
+        : {
+            kind: 'tokenize',
+            identifier: tr.identifier,
+            fields: tr.fields.map((f) => {
+              const segments = pointerSegments(f.pointer);
+              return { segments, label: segments.join('.'), token: f.token };
+            }),
+          },
   );
   const response: ResponseStep[] = config.response_transforms.map((tr, i) => {
     switch (tr.type) {
@@ -166,6 +181,7 @@ export function compileProxy(tenant: TenantConfig, config: ProxyConfig): Compile
     response,
     principal: { tenant, app, keyId: `proxy:${config.id}`, kind: tenant.test ? 'test' : 'private' },
     buffered: request.length > 0 || config.leak_guard === 'block',
+    detokenizes: request.some((s) => s.kind === 'detokenize'),
   };
 }
 
@@ -179,11 +195,7 @@ export function proxyTransformDefinitions(tenants: readonly TenantConfig[]): Rea
         code,
         configuration: { ...p.configuration },
         // A transform never outlives its proxy's timeout, nor the spec's 30 s.
-        timeout_ms: Math.min(p.timeout_ms, 30_000),
-        warm_concurrency: 1,
-        max_concurrency: 8,
-        queue_limit: 100,
-        memory_limit_mb: 128,
+        ...transformLimits(p.timeout_ms),
       });
       return [
         ...p.request_transforms.flatMap((tr, i) => (tr.type === 'code' ? [def('request', i, tr.code!)] : [])),

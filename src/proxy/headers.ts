@@ -39,28 +39,33 @@ export interface ForwardedFor {
   host: string | undefined;
 }
 
-/** The headers to send upstream: the caller's, cleaned, with X-Forwarded-* set. */
+/**
+ * The headers to send upstream: the caller's, cleaned, with X-Forwarded-* set. This and
+ * responseHeaders run on every proxied request: they allocate nothing but the result (no entry
+ * arrays, and no lower-cased copy of a name that is lower case already, as Node's and undici's
+ * parsed names are).
+ */
 export function outgoingHeaders(incoming: IncomingHttpHeaders, fwd: ForwardedFor): Record<string, string | string[]> {
   const listed = connectionListed(incoming);
   const out: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(incoming)) {
+  for (const name in incoming) {
+    const value = incoming[name];
     if (value === undefined) continue;
-    const n = name.toLowerCase();
+    const n = isLower(name) ? name : name.toLowerCase();
     if (HOP_BY_HOP.has(n) || REPLACED.has(n) || listed.has(n) || n.startsWith('svc-')) continue;
     out[n] = value;
   }
-  return Object.assign(out, forwardedHeaders(incoming, fwd));
+  return forwardedHeaders(incoming, fwd, out);
 }
 
-/** X-Forwarded-For/-Proto/-Host for the destination: a trusted peer's chain kept, else ours alone. */
-export function forwardedHeaders(incoming: IncomingHttpHeaders, fwd: ForwardedFor): Record<string, string> {
+/** X-Forwarded-For/-Proto/-Host for the destination (into `out`): a trusted peer's chain kept, else ours alone. */
+export function forwardedHeaders<T extends Record<string, string | string[]>>(incoming: IncomingHttpHeaders, fwd: ForwardedFor, out: T = {} as T): T {
+  const o = out as Record<string, string | string[]>;
   const prior = fwd.peerTrusted ? single(incoming['x-forwarded-for']) : undefined;
-  const out: Record<string, string> = {
-    'x-forwarded-for': prior ? `${prior}, ${fwd.peer}` : fwd.peer,
-    'x-forwarded-proto': (fwd.peerTrusted ? single(incoming['x-forwarded-proto']) : undefined) ?? 'http',
-  };
+  o['x-forwarded-for'] = prior ? `${prior}, ${fwd.peer}` : fwd.peer;
+  o['x-forwarded-proto'] = (fwd.peerTrusted ? single(incoming['x-forwarded-proto']) : undefined) ?? 'http';
   const host = (fwd.peerTrusted ? single(incoming['x-forwarded-host']) : undefined) ?? fwd.host;
-  if (host !== undefined) out['x-forwarded-host'] = host;
+  if (host !== undefined) o['x-forwarded-host'] = host;
   return out;
 }
 
@@ -80,14 +85,21 @@ export function cleanTransformHeaders(headers: Record<string, string | string[]>
 export function responseHeaders(upstream: Record<string, string | string[] | undefined>, keepLength: boolean): OutgoingHttpHeaders {
   const listed = connectionListed(upstream);
   const out: OutgoingHttpHeaders = {};
-  for (const [name, value] of Object.entries(upstream)) {
+  for (const name in upstream) {
+    const value = upstream[name];
     if (value === undefined) continue;
-    const n = name.toLowerCase();
+    // undici gives lower-case names; the check keeps this safe for any other caller.
+    const n = isLower(name) ? name : name.toLowerCase();
     if (HOP_BY_HOP.has(n) || listed.has(n)) continue;
     if (n === 'content-length' && !keepLength) continue;
     out[n] = value;
   }
   return out;
+}
+
+const UPPER = /[A-Z]/;
+function isLower(name: string): boolean {
+  return !UPPER.test(name);
 }
 
 function single(v: string | string[] | undefined): string | undefined {

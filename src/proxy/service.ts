@@ -11,21 +11,22 @@
  */
 import type { OutgoingHttpHeaders } from 'node:http';
 import { Transform, Writable, type Duplex, type Readable } from 'node:stream';
-import type { TenantConfig } from '../config/schema.js';
 import { ServiceError } from '../errors.js';
 import { mediaType, readBody } from '../http/body.js';
 import { normalizeIp } from '../http/client-ip.js';
 import type { Context } from '../http/context.js';
 import type { Logger } from '../log.js';
+import type { ProxyMetrics } from '../metrics/registry.js';
 import type { ReactorRuntime } from '../reactors/runtime.js';
 import type { TokenService } from '../vault/service.js';
 import { ProxyBody } from './body.js';
-import { compileProxy, type CompiledProxy } from './compile.js';
+import type { CompiledProxy } from './compile.js';
 import { destinationPath, PROXY_KEY_PARAM, splitProxyTarget } from './destination.js';
 import { outgoingHeaders, responseHeaders } from './headers.js';
 import { bodyEncoding, countCardNumbersYielding, LeakScanner } from './leak-guard.js';
 import { refuseMethod } from './methods.js';
 import { ProxyTransforms, type TransformContext } from './transforms.js';
+import type { UseResolver } from './detokenize-request.js';
 import { UpgradeForwarder } from './upgrade.js';
 import { Upstream, upstreamError, type UpstreamHead } from './upstream.js';
 
@@ -36,6 +37,7 @@ interface Entry {
   upstream: Upstream;
   /** Card numbers the leak guard has seen leave through this proxy since start. */
   leakFindings: number;
+  metrics: ProxyMetrics | undefined;
 }
 
 export interface ProxyServiceOptions {
@@ -47,6 +49,10 @@ export interface ProxyServiceOptions {
   log: Logger;
   /** Whether a socket peer is listed in server.trust_proxy (its X-Forwarded-* chain is kept). */
   trustedPeer: (address: string) => boolean;
+  /** Destination latency and errors, leak-guard findings, per proxy (README "Metrics"). */
+  metrics?: { proxy(tenant: string, proxy: string): ProxyMetrics } | undefined;
+  /** Resolves tokens for a `detokenize` request transform (token:use, audit). */
+  detokenizer?: UseResolver;
 }
 
 /**
@@ -55,14 +61,14 @@ export interface ProxyServiceOptions {
  * on the still-gzipped bytes; they could be neither scanned nor tokenized, and the destination
  * would get them with no header saying they are compressed.
  */
-function checkTransferEncoding(te: string | string[] | undefined): void {
+export function checkTransferEncoding(te: string | string[] | undefined): void {
   if (te === undefined) return;
   const codings = (Array.isArray(te) ? te.join(',') : te).split(',').map((c) => c.trim().toLowerCase()).filter(Boolean);
   if (codings.length === 1 && codings[0] === 'chunked') return;
   throw new ServiceError('unsupported_transfer_encoding', { detail: 'The proxy accepts request bodies with Transfer-Encoding: chunked only (use Content-Encoding for a compressed body)' });
 }
 
-function isIdentity(encoding: string | string[] | undefined): boolean {
+export function isIdentity(encoding: string | string[] | undefined): boolean {
   const v = Array.isArray(encoding) ? encoding.join(',') : encoding;
   return v === undefined || v.trim() === '' || v.trim().toLowerCase() === 'identity';
 }
@@ -72,14 +78,13 @@ export class ProxyService {
   private readonly transforms: ProxyTransforms;
   private readonly upgrades: UpgradeForwarder;
 
-  constructor(tenants: readonly TenantConfig[], private readonly opts: ProxyServiceOptions) {
+  /** `proxies`: the model's compiled proxies (src/model/compile.ts), by `tenantId/proxyId`. */
+  constructor(proxies: ReadonlyMap<string, CompiledProxy>, private readonly opts: ProxyServiceOptions) {
     this.transforms = new ProxyTransforms(opts.tokens, opts.runtime);
     this.upgrades = new UpgradeForwarder(opts.log);
-    for (const tenant of tenants) {
-      for (const config of tenant.proxies) {
-        const proxy = compileProxy(tenant, config);
-        this.entries.set(`${tenant.id}/${config.id}`, { proxy, upstream: new Upstream(proxy.destination.origin, config.timeout_ms), leakFindings: 0 });
-      }
+    for (const [key, proxy] of proxies) {
+      const metrics = opts.metrics?.proxy(proxy.tenant.id, proxy.config.id);
+      this.entries.set(key, { proxy, upstream: new Upstream(proxy.destination.origin, proxy.config.timeout_ms), leakFindings: 0, metrics });
     }
   }
 
@@ -97,8 +102,21 @@ export class ProxyService {
     // What transforms see of the request; a proxy without transforms never builds it.
     const tctx: TransformContext | null =
       proxy.buffered || proxy.response.length > 0 ? { method, path: target.suffix || '/', query: queryObject(ctx.url.searchParams), log: ctx.log } : null;
+    if (proxy.detokenizes) tctx!.detokenize = this.detokenizeContext(ctx, proxy, path);
     if (proxy.buffered) await this.transformed(ctx, entry, path, headers, tctx!);
     else await this.passThrough(ctx, entry, method, path, headers, tctx);
+  }
+
+  /** The calling key's token:use for a proxy's `detokenize` step (require_auth: the pipeline set the principal). */
+  private detokenizeContext(ctx: Context, proxy: CompiledProxy, path: string): TransformContext['detokenize'] {
+    const detokenizer = this.opts.detokenizer;
+    const principal = ctx.principal;
+    if (!detokenizer || !principal) throw new ServiceError('internal_error', { detail: 'The detokenize transform is not available' });
+    const q = path.indexOf('?');
+    return {
+      rawQuery: q === -1 ? '' : path.slice(q + 1),
+      use: (ids) => detokenizer.resolveForUse(principal, ids, { action: 'proxy.detokenize', destination: proxy.destination.origin, requestId: ctx.requestId }),
+    };
   }
 
   /** An authenticated, rate-limited upgrade request (see upgrade.ts). */
@@ -156,9 +174,17 @@ export class ProxyService {
     const body = new ProxyBody(raw, mediaType(ctx.req), this.opts.maxDepth);
     const outcome = await this.transforms.runRequest(proxy, body, headers, tctx);
     const bytes = body.serialize();
+    if (outcome.query !== undefined) {
+      // A detokenize step rewrote the query.
+      const q = path.indexOf('?');
+      const bare = q === -1 ? path : path.slice(0, q);
+      path = outcome.query === '' ? bare : `${bare}?${outcome.query}`;
+    }
     if (proxy.config.leak_guard !== 'off') {
-      // Scanned as the destination will decode it: by the Content-Type it is sent with.
-      const findings = await countCardNumbersYielding(bytes, bodyEncoding(headerText(outcome.headers['content-type'])));
+      // Scanned as the destination will decode it: by the Content-Type it is sent with. Card
+      // numbers a detokenize step put in on purpose are not findings: it checks the body before.
+      const scanned = outcome.beforeDetokenize ?? bytes;
+      const findings = await countCardNumbersYielding(scanned, bodyEncoding(headerText(outcome.headers['content-type'])));
       this.leakFound(ctx, entry, findings, proxy.config.leak_guard === 'block');
     }
     // Every token of every tokenize step in one all-or-nothing write, before anything leaves.
@@ -185,25 +211,21 @@ export class ProxyService {
     // Response transforms read the body: ask for it uncompressed.
     if (transformsResponse) request.headers['accept-encoding'] = 'identity';
     let collected: { head: UpstreamHead; chunks: Buffer[] } | undefined;
-    try {
-      await entry.upstream.stream(request, (head) => {
+    const started = performance.now();
+    const whole = await forwardOrCut(ctx, () =>
+      entry.upstream.stream(request, (head) => {
+        entry.metrics?.answered(started);
         if (transformsResponse && head.statusCode >= 200 && head.statusCode < 300) {
           collected = { head, chunks: [] };
           return collector(collected.chunks, this.opts.bodyLimit);
         }
-        ctx.res.writeHead(head.statusCode, this.answerHeaders(ctx, head, responseHeaders(head.headers, true)));
+        ctx.res.writeHead(head.statusCode, answerHeaders(ctx, head, responseHeaders(head.headers, true)));
         return ctx.res;
-      });
-    } catch (err) {
-      if (ctx.res.headersSent) {
-        // The destination failed mid-body: the caller must not take a cut-off body as whole.
-        ctx.log.warn({ code: upstreamError(err).code }, 'destination failed after the response started');
-        ctx.res.destroy();
-        return;
-      }
-      throw upstreamError(err);
-    }
-    if (!collected || !tctx) return;
+      }),
+      // A caller that hung up mid-response is not a failing destination.
+      (err) => entry.metrics?.failed(ctx.res.destroyed ? 'client_closed' : upstreamError(err).code),
+    );
+    if (!whole || !collected || !tctx) return;
     const { head, chunks } = collected;
     if (!isIdentity(head.headers['content-encoding'])) {
       throw new ServiceError('destination_response_untransformable', { detail: 'The destination answered with a Content-Encoding the response transforms cannot read' });
@@ -217,30 +239,24 @@ export class ProxyService {
     // length; for a HEAD the length a transformed GET would have is unknown, so none is announced
     // (rather than 0, or the destination's untransformed length).
     if (tctx.method === 'HEAD' || head.statusCode === 204) {
-      const out = this.answerHeaders(ctx, head, { ...finalHeaders });
+      const out = answerHeaders(ctx, head, { ...finalHeaders });
       delete out['content-length'];
       ctx.res.writeHead(head.statusCode, out);
       ctx.res.end();
       return;
     }
     const bytes = body.serialize();
-    const out = this.answerHeaders(ctx, head, { ...finalHeaders });
+    const out = answerHeaders(ctx, head, { ...finalHeaders });
     out['content-length'] = bytes.length;
     ctx.res.writeHead(head.statusCode, out);
     ctx.res.end(bytes);
-  }
-
-  /** Adds ours (trace id, rate-limit headers, destination status) to `upstream`, a fresh object it changes. */
-  private answerHeaders(ctx: Context, head: UpstreamHead, upstream: OutgoingHttpHeaders): OutgoingHttpHeaders {
-    Object.assign(upstream, ctx.headers);
-    upstream[DESTINATION_STATUS_HEADER] = String(head.statusCode);
-    return upstream;
   }
 
   /** Logs (never the number) and counts findings; in block mode refuses the request. */
   private leakFound(ctx: Context, entry: Entry, findings: number, block: boolean): void {
     if (findings === 0) return;
     entry.leakFindings += findings;
+    entry.metrics?.leaks(findings, block);
     ctx.log.warn(
       { proxy: entry.proxy.config.id, findings, total: entry.leakFindings, action: block ? 'blocked' : 'forwarded' },
       'leak guard: a card number in plaintext in the body to the destination',
@@ -250,9 +266,42 @@ export class ProxyService {
     }
   }
 
+  /**
+   * After a reload, once no request of the old model is in flight: the connection pools close
+   * when their last request finished. Upgraded connections (WebSocket) keep running.
+   */
+  async retire(): Promise<void> {
+    await Promise.all([...this.entries.values()].map((e) => e.upstream.close()));
+  }
+
   async close(): Promise<void> {
     this.upgrades.close();
     await Promise.all([...this.entries.values()].map((e) => e.upstream.destroy()));
+  }
+}
+
+/** Adds ours (trace id, rate-limit headers, destination status) to `upstream`, a fresh object it changes. */
+export function answerHeaders(ctx: Context, head: UpstreamHead, upstream: OutgoingHttpHeaders): OutgoingHttpHeaders {
+  Object.assign(upstream, ctx.headers);
+  upstream[DESTINATION_STATUS_HEADER] = String(head.statusCode);
+  return upstream;
+}
+
+/**
+ * Runs a forward whose answer may already stream to the caller. Resolves true when it completed;
+ * a failure before the response started throws the mapped ServiceError; after it started, the
+ * caller's connection is cut (a cut-off body must not pass as whole) and it resolves false.
+ */
+export async function forwardOrCut(ctx: Context, forward: () => Promise<void>, failed?: (err: unknown) => void): Promise<boolean> {
+  try {
+    await forward();
+    return true;
+  } catch (err) {
+    failed?.(err);
+    if (!ctx.res.headersSent) throw upstreamError(err);
+    ctx.log.warn({ code: upstreamError(err).code }, 'destination failed after the response started');
+    ctx.res.destroy();
+    return false;
   }
 }
 

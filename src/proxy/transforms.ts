@@ -12,6 +12,7 @@ import { ExpressionError, renderInScope } from '../vault/expressions.js';
 import type { Prepared, TokenService } from '../vault/service.js';
 import type { FormEdit, ProxyBody } from './body.js';
 import type { CompiledField, CompiledProxy, ResponseStep } from './compile.js';
+import { detokenizeParts, type UseTokens } from './detokenize-request.js';
 import { cleanTransformHeaders } from './headers.js';
 
 export interface TransformContext {
@@ -20,6 +21,8 @@ export interface TransformContext {
   path: string;
   query: Record<string, string | string[]>;
   log: Logger;
+  /** For a `detokenize` step: the raw query to forward, and the calling key's token:use. */
+  detokenize?: { rawQuery: string; use: UseTokens };
 }
 
 /** What the request transforms leave behind for the forwarder and the response transforms. */
@@ -29,6 +32,10 @@ export interface RequestOutcome {
   prepared: Prepared[];
   /** `{ <identifier>: {<pointer path>: {id, type}} }` for response expressions. */
   tokens: Record<string, unknown>;
+  /** Set by a `detokenize` step: the query to forward in place of the caller's. */
+  query?: string;
+  /** Set by a `detokenize` step: the body before it, which is what the leak guard checks. */
+  beforeDetokenize?: Buffer;
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {
@@ -166,6 +173,15 @@ export class ProxyTransforms {
         const result = await this.code(step.key, { body: body.forCode(), headers: outcome.headers, method: ctx.method, path: ctx.path, query: ctx.query }, ctx.log);
         body.replace(result.body);
         if (result.headers) outcome.headers = cleanTransformHeaders(result.headers);
+        continue;
+      }
+      if (step.kind === 'detokenize') {
+        // The config loader made this step the last one and required require_auth.
+        if (!ctx.detokenize) throw new ServiceError('internal_error', { detail: 'The detokenize transform is not available' });
+        outcome.beforeDetokenize = body.serialize();
+        const parts = await detokenizeParts(body, outcome.headers, ctx.detokenize.rawQuery, ctx.detokenize.use);
+        outcome.headers = parts.headers;
+        outcome.query = parts.query;
         continue;
       }
       const { found, done } = await collect(step.fields, body, Date.now(), max - outcome.prepared.length, max);

@@ -1,7 +1,7 @@
 /**
  * Forwarding to a destination with undici: one keep-alive Pool per proxy, with connect, headers
  * and body timeouts from the proxy's `timeout_ms`. Failures of the connection or the destination
- * are mapped here, once (DESIGN §5): unreachable → 502, timed out → 504. Nothing of an undici
+ * are mapped here, once (one mapping per dependency, at its edge): unreachable → 502, timed out → 504. Nothing of an undici
  * error message (which may name hosts or quote data) reaches a response.
  */
 import type { Readable, Writable } from 'node:stream';
@@ -54,14 +54,7 @@ export class Upstream {
    * the Writable failed (the other side is then aborted).
    */
   stream(req: ForwardRequest, sink: (head: UpstreamHead) => Writable): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      const handler = new ForwardHandler(sink, resolve, reject);
-      try {
-        this.pool.dispatch({ method: req.method as Dispatcher.HttpMethod, path: req.path, headers: req.headers, body: req.body }, handler);
-      } catch (err) {
-        handler.fail(err);
-      }
-    });
+    return streamVia(this.pool, req, sink);
   }
 
   close(): Promise<void> {
@@ -71,6 +64,18 @@ export class Upstream {
   destroy(): Promise<void> {
     return this.pool.destroy();
   }
+}
+
+/** Upstream.stream over any undici dispatcher (the outbound proxy's pinned pools, egress.ts). */
+export function streamVia(dispatcher: Dispatcher, req: ForwardRequest, sink: (head: UpstreamHead) => Writable): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const handler = new ForwardHandler(sink, resolve, reject);
+    try {
+      dispatcher.dispatch({ method: req.method as Dispatcher.HttpMethod, path: req.path, headers: req.headers, body: req.body }, handler);
+    } catch (err) {
+      handler.fail(err);
+    }
+  });
 }
 
 const CLOSED_EARLY = Object.assign(new Error('the response closed before it finished'), { code: 'ERR_STREAM_PREMATURE_CLOSE' });

@@ -39,6 +39,13 @@ export function rateLimitHeaders(rule: CountedRule, res: RateLimiterRes): Record
   };
 }
 
+/** A 429: which rule refused the request (a metric label; never the counted key). */
+export class RateLimitedError extends ServiceError {
+  constructor(readonly rule: string, opts: ConstructorParameters<typeof ServiceError>[1]) {
+    super('rate_limited', opts);
+  }
+}
+
 export function decide(outcomes: readonly Outcome[]): RateLimitDecision {
   let over: { rule: CountedRule; res: RateLimiterRes } | undefined;
   let strictest: { rule: CountedRule; res: RateLimiterRes } | undefined;
@@ -60,7 +67,7 @@ export function decide(outcomes: readonly Outcome[]): RateLimitDecision {
   }
   if (over) {
     const retryAfter = String(Math.max(1, seconds(over.res.msBeforeNext)));
-    throw new ServiceError('rate_limited', {
+    throw new RateLimitedError(over.rule.name, {
       headers: {
         'RateLimit-Limit': String(over.rule.limits.points),
         'RateLimit-Remaining': '0',

@@ -10,8 +10,12 @@
  * decides (README "Rate limits"): any rule over its limit → 429 with the longest wait; otherwise
  * the RateLimit-* headers describe the rule with the fewest points left.
  *
- * Stores: rate-limiter-flexible's RateLimiterMemory (one instance) or RateLimiterRedis (counters
- * shared by every instance on one Redis). rate-limiter-flexible resolves a consume with a
+ * Stores: rate-limiter-flexible's RateLimiterMemory (one instance; RateLimiterCluster in the
+ * workers of `server.workers > 1`, counters in the primary) or RateLimiterRedis (counters shared by
+ * every instance on one Redis node, Redis Cluster or Sentinel setup: src/redis/connect.ts). Every
+ * counter touches one key (a script, or a MULTI on that key for a block), so a Cluster needs no
+ * cross-slot command; the tenant is the key's hash tag (`<prefix><rule>:{<tenant>}:<identity>`),
+ * which keeps one tenant's counters in one slot and spreads tenants over the shards. rate-limiter-flexible resolves a consume with a
  * RateLimiterRes, rejects with a RateLimiterRes when over the limit, and rejects with an Error when
  * the store failed; that is the one mapping from this dependency to our errors (errors.ts: one mapping per dependency, at its edge).
  *
@@ -26,8 +30,10 @@
  * is down (`rejectIfRedisNotReady`, plus `enableOfflineQueue: false` on a client we create), and
  * ioredis reconnects on its own, so limits work again when Redis is back without a restart.
  */
-import { Redis, type Cluster } from 'ioredis';
-import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import type { Cluster, Redis } from 'ioredis';
+import cluster from 'node:cluster';
+import { createRedisClient } from '../redis/connect.js';
+import { RateLimiterCluster, RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import type { Config, RateRuleOverride } from '../config/schema.js';
 import type { Logger } from '../log.js';
 import { decide, NO_LIMITS, type Outcome as AnyOutcome, type RateLimitDecision } from './decide.js';
@@ -73,7 +79,7 @@ export interface RateLimitSubject {
 
 export interface RateLimitServiceOptions {
   log: Logger;
-  /** A shared ioredis client; without one, `store: redis` connects to `url` itself. */
+  /** A shared ioredis client; without one, `store: redis` connects to `url`, `cluster` or `sentinel` itself. */
   redis?: Redis | Cluster;
   /** Store failures are logged at most once per this interval (default 10 s). */
   failureLogIntervalMs?: number;
@@ -97,9 +103,24 @@ export const RATE_LIMIT_REDIS_OPTIONS = {
   retryStrategy: (times: number): number => Math.min(50 * times, 1_000),
 } as const;
 
-type Limiter = RateLimiterAbstract;
+/** What the service asks of a limiter (a RateLimiterAbstract, or a WorkerLimiter around one). */
+/** How long after an unexpected 'end' the limiter's own client connects again. */
+const RESTART_ENDED_CLIENT_MS = 200;
+
+type Limiter = Pick<RateLimiterAbstract, 'consume'>;
+
+/** A limiter and its users: the tenant entries whose compiled rules hold it. */
+interface Built {
+  limiter: Limiter;
+  insurance: Limiter | undefined;
+  refs: number;
+  /** Releases what the limiter holds beyond memory (a worker's IPC listener). */
+  dispose?: () => void;
+}
 
 interface CompiledRule extends EffectiveRule {
+  /** The limiter's key in RateLimitService.limiters. */
+  limiterId: string;
   limiter: Limiter;
   /** Per-instance fallback in `allow` mode with a Redis store. */
   insurance: Limiter | undefined;
@@ -109,7 +130,8 @@ interface TenantEntry {
   tier: Tier;
   custom: RateLimitTenant['custom_rate_limits'];
   test: boolean;
-  all: CompiledRule[] | undefined;
+  /** Every rule of the tenant, compiled (each holds one reference to its limiter). */
+  rules: CompiledRule[];
   /** Matching rules by `route|keyKind|legacy`. */
   selected: Map<string, CompiledRule[]>;
 }
@@ -134,12 +156,14 @@ function counterIdentity(counter: Counter, s: RateLimitSubject): string | undefi
 
 export class RateLimitService {
   private readonly tenants = new Map<string, TenantEntry>();
-  private readonly limiters = new Map<string, { limiter: Limiter; insurance: Limiter | undefined }>();
+  /** By limiter id; an entry goes when no tenant entry uses it any more (see release). */
+  private readonly limiters = new Map<string, Built>();
   private readonly redis: Redis | Cluster | undefined;
   private readonly ownsRedis: boolean;
   private readonly firstReady: Promise<void> | undefined;
   private readonly health: StoreHealth;
   private everReady = false;
+  private closing = false;
 
   private constructor(
     private readonly cfg: RateLimitConfig,
@@ -170,11 +194,27 @@ export class RateLimitService {
       return new RateLimitService(cfg, opts.log, undefined, false, interval);
     }
     if (opts.redis) return new RateLimitService(cfg, opts.log, opts.redis, false, interval);
-    if (!cfg.url) throw new Error('rate_limits.store is redis but rate_limits.url is not set');
-    const client = new Redis(cfg.url, { ...RATE_LIMIT_REDIS_OPTIONS, lazyConnect: false });
+    if (!cfg.url && !cfg.cluster && !cfg.sentinel) throw new Error('rate_limits.store is redis but none of rate_limits.url, cluster and sentinel is set');
+    // Our own fail-fast options on every topology: on a Cluster, enableOfflineQueue: false makes a
+    // command for a shard whose connection is down fail at once (as on one node) instead of waiting.
+    const client = createRedisClient(cfg, { ...RATE_LIMIT_REDIS_OPTIONS, lazyConnect: false });
     const service = new RateLimitService(cfg, opts.log, client, true, interval);
-    // Our own client: without a listener ioredis prints every failed reconnect attempt.
+    // Our own client: without a listener ioredis prints every failed reconnect attempt. A Cluster
+    // reports a shard's connection errors as 'node error'.
     client.on('error', (err: Error) => service.health.connectionError(err));
+    client.on('node error', (err: Error) => service.health.connectionError(err));
+    // An ioredis client that has ended never reconnects by itself. It should only end when we
+    // close it; with Sentinel, ioredis 6 ended it when its failover detector (+switch-master)
+    // fired while a reconnect was asking the sentinels for the primary (about one failover in
+    // three with 40 clients here). src/redis/connect.ts no longer turns the detector on; this
+    // stays as a guard, since without it every check would be a store failure until a restart.
+    client.on('end', () => {
+      if (service.closing) return;
+      service.health.connectionError(new Error('the Redis client ended; connecting again'));
+      setTimeout(() => {
+        if (!service.closing && client.status === 'end') client.connect().catch(() => undefined);
+      }, RESTART_ENDED_CLIENT_MS).unref();
+    });
     return service;
   }
 
@@ -192,7 +232,9 @@ export class RateLimitService {
       const id = counterIdentity(rule.counter, subject);
       if (id === undefined) continue; // the request carries nothing this rule counts by
       rules.push(rule);
-      keys.push(`${subject.tenant.id}:${id}`);
+      // The tenant is the hash tag: on a Cluster one tenant's counters share a slot, tenants spread
+      // over the shards (the loader refuses a `{` or `}` in key_prefix there, which would take over).
+      keys.push(`{${subject.tenant.id}}:${id}`);
     }
     if (rules.length === 0) return NO_LIMITS;
 
@@ -223,9 +265,29 @@ export class RateLimitService {
     return { storeFailures: this.health.failures };
   }
 
+  /**
+   * Forgets the tenants not in `ids` (called after a reload) and the limiters only they used, so
+   * a config that keeps changing does not keep adding limiters. The current tenants' entries are
+   * brought up to date by their next check (rulesFor).
+   */
+  retain(ids: Iterable<string>): void {
+    const keep = new Set(ids);
+    for (const [id, entry] of this.tenants) {
+      if (keep.has(id)) continue;
+      this.tenants.delete(id);
+      this.release(entry);
+    }
+  }
+
+  /** How many limiters are built (for tests: it must not grow with every reload). */
+  limiterCount(): number {
+    return this.limiters.size;
+  }
+
   async close(): Promise<void> {
+    this.closing = true;
+    for (const entry of this.tenants.values()) this.release(entry);
     this.tenants.clear();
-    this.limiters.clear();
     if (this.redis && this.ownsRedis) this.redis.disconnect();
   }
 
@@ -261,18 +323,35 @@ export class RateLimitService {
     const tenant = subject.tenant;
     let entry = this.tenants.get(tenant.id);
     if (!entry || entry.tier !== tenant.rate_limit_tier || entry.custom !== tenant.custom_rate_limits || entry.test !== tenant.test) {
-      entry = { tier: tenant.rate_limit_tier, custom: tenant.custom_rate_limits, test: tenant.test, all: undefined, selected: new Map() };
+      const old = entry;
+      // A reload gives every tenant new config objects: compile the new rules before releasing
+      // the old ones, so a limiter whose limits did not change is kept, with its counters.
+      entry = {
+        tier: tenant.rate_limit_tier, custom: tenant.custom_rate_limits, test: tenant.test,
+        rules: resolveRules(tenant.rate_limit_tier, tenant.custom_rate_limits).map((r) => this.compile(r)),
+        selected: new Map(),
+      };
       this.tenants.set(tenant.id, entry);
+      if (old) this.release(old);
     }
     const sel = `${subject.route}|${subject.keyKind ?? ''}|${subject.legacy === true ? 1 : 0}`;
     let rules = entry.selected.get(sel);
     if (!rules) {
-      entry.all ??= resolveRules(entry.tier, entry.custom).map((r) => this.compile(r));
       const facts = { route: subject.route, testTenant: entry.test, keyKind: subject.keyKind, legacy: subject.legacy };
-      rules = entry.all.filter((r) => ruleMatches(r.match, facts));
+      rules = entry.rules.filter((r) => ruleMatches(r.match, facts));
       entry.selected.set(sel, rules);
     }
     return rules;
+  }
+
+  /** Drops an entry's references; a limiter nobody uses any more is forgotten and disposed. */
+  private release(entry: TenantEntry): void {
+    for (const rule of entry.rules) {
+      const built = this.limiters.get(rule.limiterId);
+      if (!built || --built.refs > 0) continue;
+      this.limiters.delete(rule.limiterId);
+      built.dispose?.();
+    }
   }
 
   /** One limiter per (rule, effective limits), shared by every tenant with those limits. */
@@ -292,12 +371,78 @@ export class RateLimitService {
         ? {
             limiter: new RateLimiterRedis({ ...base, storeClient: this.redis, rejectIfRedisNotReady: true }),
             insurance: this.cfg.on_store_error === 'allow' ? new RateLimiterMemory(base) : undefined,
+            refs: 0,
           }
-        : { limiter: new RateLimiterMemory(base), insurance: undefined };
+        : { ...memoryLimiter(base, id), insurance: undefined, refs: 0 };
       this.limiters.set(id, built);
       if (limits !== rule.limits) this.log.warn({ rule: rule.name }, 'rate-limit windows on Redis are whole seconds; rounded up');
     }
-    return { ...rule, limits, ...built };
+    built.refs++;
+    return { ...rule, limits, limiterId: id, limiter: built.limiter, insurance: built.insurance };
+  }
+}
+
+/**
+ * The memory store's limiter. In a worker of `server.workers > 1` the counters live in the primary
+ * (RateLimiterClusterMaster, src/cluster.ts) and every worker consumes them over IPC, so a limit is
+ * exact across workers. The primary keeps one counter set per keyPrefix, created with the options
+ * of the first worker that names it: the prefix carries the limits too (`id`), as limiters with
+ * the same rule name and other limits (a custom override) are separate counters here as well.
+ */
+function memoryLimiter(base: { keyPrefix: string; points: number; duration: number; blockDuration: number }, id: string): Pick<Built, 'limiter' | 'dispose'> {
+  if (!cluster.isWorker) return { limiter: new RateLimiterMemory(base) };
+  const limiter = new WorkerLimiter({ ...base, keyPrefix: `${base.keyPrefix}|${id}` });
+  return { limiter, dispose: () => limiter.dispose() };
+}
+
+/**
+ * A RateLimiterCluster that can be let go. Each one adds a `process.on('message')` listener for
+ * the primary's answers and never removes it (and raises the process's listener limit to
+ * unlimited, so nothing warns): without this, every limiter a reload creates would stay
+ * reachable, with its listener run on every IPC message, for the life of the worker. The
+ * listener is found as the one its constructor added; dispose removes it once no consume is
+ * waiting for an answer, and a consume after dispose (a request still holding the old rules)
+ * puts it back for as long as it waits. The primary keeps the counters under the prefix, so a
+ * limiter built again with the same id goes on counting where this one stopped.
+ */
+class WorkerLimiter implements Limiter {
+  private readonly inner: RateLimiterCluster;
+  private readonly listener: (...args: unknown[]) => void;
+  private pending = 0;
+  private disposed = false;
+  private attached = true;
+
+  constructor(opts: ConstructorParameters<typeof RateLimiterCluster>[0]) {
+    const before = new Set(process.listeners('message'));
+    this.inner = new RateLimiterCluster(opts);
+    const added = process.listeners('message').filter((l) => !before.has(l));
+    if (added.length !== 1) throw new Error(`RateLimiterCluster added ${added.length} message listeners, expected 1`);
+    this.listener = added[0] as (...args: unknown[]) => void;
+  }
+
+  consume(key: string | number, points?: number): Promise<RateLimiterRes> {
+    if (!this.attached) {
+      process.on('message', this.listener);
+      this.attached = true;
+    }
+    this.pending++;
+    const settled = (): void => {
+      if (--this.pending === 0 && this.disposed) this.detach();
+    };
+    const p = this.inner.consume(key, points);
+    p.then(settled, settled);
+    return p;
+  }
+
+  dispose(): void {
+    this.disposed = true;
+    if (this.pending === 0) this.detach();
+  }
+
+  private detach(): void {
+    if (!this.attached) return;
+    process.off('message', this.listener);
+    this.attached = false;
   }
 }
 

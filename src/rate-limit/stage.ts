@@ -8,6 +8,7 @@
  */
 import type { KeyKind, RouteGroup } from './rules.js';
 import type { RateLimitService, RateLimitTenant } from './limiter.js';
+import { RateLimitedError } from './decide.js';
 
 export interface GateContext {
   clientIp: string;
@@ -22,7 +23,7 @@ export interface RateLimitStage {
   check(ctx: GateContext, route: { group: RouteGroup }): Promise<Record<string, string>>;
 }
 
-export function createRateLimitStage(limits: RateLimitService): RateLimitStage {
+export function createRateLimitStage(limits: RateLimitService, metrics?: { rateLimited(rule: string): void }): RateLimitStage {
   return {
     async check(ctx, route) {
       const p = ctx.principal;
@@ -30,16 +31,22 @@ export function createRateLimitStage(limits: RateLimitService): RateLimitStage {
       const tenant = p?.tenant ?? proxy?.tenant;
       // Unauthenticated routes (health) have no tenant, hence no rule.
       if (!tenant) return {};
-      const decision = await limits.check({
-        tenant,
-        route: route.group,
-        clientIp: ctx.clientIp,
-        apiKeyId: p?.keyId,
-        keyKind: p?.app.type,
-        legacy: p?.app.legacy,
-        proxyKeyId: proxy?.keyId,
-      });
-      return decision.headers;
+      try {
+        const decision = await limits.check({
+          tenant,
+          route: route.group,
+          clientIp: ctx.clientIp,
+          apiKeyId: p?.keyId,
+          keyKind: p?.app.type,
+          legacy: p?.app.legacy,
+          // The outbound proxy has no proxy key: its proxy-endpoint row counts by the API key.
+          proxyKeyId: proxy?.keyId ?? (route.group === 'proxy' ? p?.keyId : undefined),
+        });
+        return decision.headers;
+      } catch (err) {
+        if (err instanceof RateLimitedError) metrics?.rateLimited(err.rule);
+        throw err;
+      }
     },
   };
 }

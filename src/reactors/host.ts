@@ -75,6 +75,13 @@ function discard(keys: string[]): void {
   }
 }
 
+function remove(keys: string[]): void {
+  for (const key of keys) {
+    live.get(key)?.close();
+    live.delete(key);
+  }
+}
+
 async function invoke(id: number, key: string, args: string): Promise<void> {
   const pool = live.get(key);
   const result = pool ? await pool.invoke(args) : { ok: false as const, failure: { kind: 'unknown_reactor' as const }, logs: [] };
@@ -100,6 +107,10 @@ function onMessage(raw: unknown): void {
       return;
     case 'discard':
       discard(msg.keys);
+      send({ t: 'ack', id: msg.id });
+      return;
+    case 'remove':
+      remove(msg.keys);
       send({ t: 'ack', id: msg.id });
       return;
     case 'invoke':

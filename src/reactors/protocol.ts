@@ -66,6 +66,8 @@ export type ToHost =
   /** Make staged pools live (replacing pools with the same key), or drop them. */
   | { t: 'commit'; id: number; keys: string[] }
   | { t: 'discard'; id: number; keys: string[] }
+  /** Close live pools (reactors no longer in the config after a reload). */
+  | { t: 'remove'; id: number; keys: string[] }
   /** `args` is the JSON text of the args, or '' for undefined. */
   | { t: 'invoke'; id: number; key: string; args: string }
   | { t: 'ping'; id: number };
@@ -168,6 +170,7 @@ export function parseToHost(v: unknown): ToHost | null {
       return typeof v.id === 'number' && isDef(v.def) ? { t: 'register', id: v.id, def: v.def } : null;
     case 'commit':
     case 'discard':
+    case 'remove':
       return typeof v.id === 'number' && isStrings(v.keys) ? { t: v.t, id: v.id, keys: v.keys } : null;
     case 'invoke':
       return typeof v.id === 'number' && typeof v.key === 'string' && typeof v.args === 'string'

@@ -10,13 +10,14 @@
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { MAX_CODE_LENGTH } from '../config/load.js';
+import { MAX_CODE_LENGTH, REACTOR_LIMITS, type ReactorLimitField } from '../config/limits.js';
 import { ServiceError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { validateTransformResult, type ReactorInput, type TransformArgs, type TransformResult } from './contract.js';
 import { failureToError } from './failures.js';
 import { HostGoneError, HostProcess } from './host-client.js';
 import { MAX_PAYLOAD_BYTES, type ConsoleLine, type HostReactorDef } from './protocol.js';
+import type { ReactorMetrics } from '../metrics/registry.js';
 
 export type { ReactorInput, TransformArgs, TransformResult } from './contract.js';
 
@@ -56,9 +57,12 @@ export interface ReactorRuntimeOptions {
    * keep failing everyone's calls in flight. Defaults: 3 strikes in 10 minutes → 5 minutes.
    */
   suspension?: { strikes: number; windowMs: number; suspendMs: number };
+  /** Counts calls by outcome and host restarts (README "Metrics"). */
+  metrics?: ReactorMetrics;
 }
 
 interface Settings {
+  metrics?: ReactorMetrics | undefined;
   restartWaitMs: number;
   payloadLimit: number;
   suspension: { strikes: number; windowMs: number; suspendMs: number };
@@ -68,16 +72,6 @@ export interface InvokeOptions {
   /** Logger for the reactor's console lines (e.g. the request's child logger). */
   log?: Logger;
 }
-
-/** Same bounds as the config schema (spec: timeout never above 30 s; isolated-vm: memory ≥ 8 MB). */
-type LimitField = 'timeout_ms' | 'warm_concurrency' | 'max_concurrency' | 'queue_limit' | 'memory_limit_mb';
-const LIMIT_RANGES: ReadonlyArray<readonly [LimitField, number, number]> = [
-  ['timeout_ms', 1, 30_000],
-  ['warm_concurrency', 1, 64],
-  ['max_concurrency', 1, 256],
-  ['queue_limit', 0, 10_000],
-  ['memory_limit_mb', 8, 2048],
-];
 
 /** Grace on top of the host's own bounds (queue wait + run) before the main process gives up. */
 const CALL_GRACE_MS = 2000;
@@ -141,6 +135,7 @@ export class ReactorRuntime {
         startTimeoutMs: 15_000,
       });
     const runtime = new ReactorRuntime(log, spawnHost, {
+      metrics: opts.metrics,
       restartWaitMs: opts.restartWaitMs ?? 5000,
       payloadLimit: opts.payloadLimitBytes ?? MAX_PAYLOAD_BYTES,
       suspension: { strikes: 3, windowMs: 10 * 60_000, suspendMs: 5 * 60_000, ...opts.suspension },
@@ -179,7 +174,7 @@ export class ReactorRuntime {
       if (d.code.length > MAX_CODE_LENGTH) {
         problems.push(`reactor "${d.name}" (${d.key}): code is ${d.code.length} characters; the limit is ${MAX_CODE_LENGTH}`);
       }
-      for (const [field, min, max] of LIMIT_RANGES) {
+      for (const [field, { min, max }] of Object.entries(REACTOR_LIMITS) as Array<[ReactorLimitField, { min: number; max: number }]>) {
         const v = d[field];
         if (!Number.isInteger(v) || v < min || v > max) problems.push(`reactor "${d.name}" (${d.key}): ${field} must be an integer in ${min}..${max}`);
       }
@@ -207,6 +202,22 @@ export class ReactorRuntime {
     }
     await host.ack({ t: 'commit', keys: staged });
     for (const d of defs) this.defs.set(d.key, { ...d, configuration: { ...d.configuration } });
+  }
+
+  /**
+   * Forgets reactors (after a reload removed them from the config): their isolates are disposed
+   * and calls get 404. In the same order as `register` calls.
+   */
+  unregister(keys: string[]): Promise<void> {
+    const run = this.registerChain.then(async () => {
+      const known = keys.filter((k) => this.defs.delete(k));
+      if (known.length === 0) return;
+      const host = this.host;
+      // A host being restarted re-registers only what is still in `defs`.
+      if (host && !host.exited) await host.ack({ t: 'remove', keys: known }).catch(() => undefined);
+    });
+    this.registerChain = run.catch(() => undefined);
+    return run;
   }
 
   /**
@@ -246,6 +257,7 @@ export class ReactorRuntime {
 
     const host = await this.ready(this.settings.restartWaitMs);
     const result = await this.call(host, def, argsJson);
+    this.settings.metrics?.call(result.ok ? 'ok' : result.failure.kind);
     this.logConsole(result.logs, key, opts.log ?? this.log);
     if (!result.ok) throw failureToError(result.failure, def);
     let value: unknown;
@@ -270,6 +282,7 @@ export class ReactorRuntime {
     try {
       return await Promise.race([host.invoke(def.key, argsJson), deadline]);
     } catch (err) {
+      this.settings.metrics?.call(err instanceof HostGoneError ? 'host_gone' : 'host_unresponsive');
       if (err instanceof HostGoneError) throw unavailable('The reactor host stopped while running the reactor');
       throw err;
     } finally {
@@ -352,6 +365,7 @@ export class ReactorRuntime {
           throw unavailable();
         }
         this.adopt(host);
+        this.settings.metrics?.hostRestarted();
         this.log.info({ reactorHost: host.pid, reactors: this.defs.size }, 'reactor host restarted');
         return host;
       }

@@ -10,8 +10,11 @@ import type Database from 'better-sqlite3';
 import { Sqlite } from './sqlite.js';
 import { fileURLToPath } from 'node:url';
 import { isMainThread, parentPort, Worker, workerData, type MessagePort } from 'node:worker_threads';
-import type { WrappedDataKey } from './types.js';
+import { chain, encodeEvent, type AuditHead } from './audit.js';
 import { DuplicateTokenError, StoreUnavailableError } from './types.js';
+import { idempotencyWrites } from './embedded-idempotency.js';
+import { decodeRequests, decodeResults, encodeRequest, encodeResult } from './embedded-wire.js';
+import type { Params, WriteOp, WriteRow } from './embedded-ops.js';
 
 const WRITER_ROLE = 'tokenproxy embedded-store writer';
 interface WriterData {
@@ -21,18 +24,7 @@ interface WriterData {
 
 export const LIVE = '(expires_ms IS NULL OR expires_ms > @now)';
 
-export type Params = Record<string, string | number | null>;
-
-/** One record as the writer needs it (structured-cloned to the writer thread). */
-export interface WriteRow {
-  tenant_id: string;
-  id: string;
-  index_hashes: string[];
-  metadata: Record<string, string>;
-  /** Insert only: return the oldest live token of the same tenant, type, container and fingerprint instead, if any. */
-  dedupe?: boolean;
-  params: Params;
-}
+export type { Params, WriteOp, WriteRow } from './embedded-ops.js';
 
 /** A stored row as reads return it (embedded.ts decodes it). */
 export interface StoredRow {
@@ -42,28 +34,18 @@ export interface StoredRow {
   cvc_expires_ms: number | null;
 }
 
-export type WriteOp =
-  | { op: 'insert'; rows: WriteRow[] }
-  | { op: 'update'; row: WriteRow }
-  | { op: 'delete'; tenant_id: string; id: string }
-  | { op: 'purgeCvc'; now: number }
-  | { op: 'addKey'; key: WrappedDataKey };
-
 export type WriteResult = { ok: true; value: unknown } | { ok: false; error: unknown };
 
 /** A write failure as it crosses the thread boundary: no message, no values, only what it was. */
 export type ErrorDescriptor = { kind: 'duplicate'; id: string } | { kind: 'sqlite'; code: string } | { kind: 'other' };
 
-/** Main thread → writer: the writes of one event-loop turn; `close` after the last. */
-export interface WriterRequest {
-  ops: { id: number; op: WriteOp }[];
-  close?: boolean;
-}
-
-/** Writer → main thread: one answer per op, sent after their transaction committed (or failed). */
-export interface WriterReply {
-  results: { id: number; ok: boolean; value?: unknown; error?: ErrorDescriptor }[];
-}
+/**
+ * Main thread → writer: the writes of one event-loop turn as one string (embedded-wire.ts
+ * encodeRequest per write), then CLOSE after the last. Writer → main thread: one string with one
+ * answer per write (encodeResult), sent after their transaction committed (or failed).
+ */
+type WriterMessage = string | typeof CLOSE;
+const CLOSE = { close: true } as const;
 
 export function sqliteCode(err: unknown): string | null {
   return err instanceof Sqlite.SqliteError ? err.code : null;
@@ -84,11 +66,34 @@ export function writeError(d: ErrorDescriptor, cause?: unknown): Error {
 }
 
 /** A connection with the settings every connection needs (they are per connection, except WAL). */
+/** How long opening a file shared with other processes may wait out their locks in all. */
+const OPEN_BUSY_LIMIT_MS = 10_000;
+
+/**
+ * Runs `fn` again while it fails with SQLITE_BUSY, for up to OPEN_BUSY_LIMIT_MS. SQLite returns
+ * BUSY without calling the busy handler where waiting could deadlock, e.g. when two processes
+ * (server.workers) switch a new file to WAL or migrate it at the same moment: one of them wins,
+ * and the other's retry then finds the work done. Opening only, so the wait is synchronous.
+ */
+export function retryBusy<T>(fn: () => T): T {
+  const end = Date.now() + OPEN_BUSY_LIMIT_MS;
+  const pause = new Int32Array(new SharedArrayBuffer(4));
+  for (let wait = 5; ; wait = Math.min(wait * 2, 200)) {
+    try {
+      return fn();
+    } catch (err) {
+      if (sqliteCode(err) !== 'SQLITE_BUSY' || Date.now() + wait > end) throw err;
+      Atomics.wait(pause, 0, 0, wait);
+    }
+  }
+}
+
 export function openConnection(path: string): Database.Database {
   const db = new Sqlite(path);
-  db.pragma('journal_mode = WAL');
-  db.pragma('synchronous = FULL');
+  // First: with several processes on one file (server.workers), even switching to WAL can meet a lock.
   db.pragma('busy_timeout = 5000');
+  retryBusy(() => db.pragma('journal_mode = WAL'));
+  db.pragma('synchronous = FULL');
   db.pragma('foreign_keys = ON');
   return db;
 }
@@ -101,9 +106,10 @@ export function openConnection(path: string): Database.Database {
  */
 export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) => WriteResult[] {
   const s = {
-    insert: db.prepare<[Params]>(
+    // Positional: binding by name looks every parameter up on an object, per row.
+    insert: db.prepare<Array<string | number | null>>(
       `INSERT INTO tokens (tenant_id, id, type, container, fingerprint, expires_ms, cvc_sealed, cvc_expires_ms, record, dedupe_key)
-       VALUES (@tenant, @id, @type, @container, @fingerprint, @expires_ms, @cvc_sealed, @cvc_expires_ms, @record, @dedupe_key)`,
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
     // The oldest live token a deduplicating insert returns instead of writing (tokens_by_fingerprint).
     dedupeMatch: db.prepare<[Params], StoredRow>(
@@ -127,12 +133,18 @@ export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) 
     purgeCvc: db.prepare<[number]>('UPDATE tokens SET cvc_sealed = NULL WHERE cvc_sealed IS NOT NULL AND cvc_expires_ms <= ?'),
     listKeys: db.prepare<[], { kid: string; wrapped: string; created_at: string }>('SELECT kid, wrapped, created_at FROM data_keys ORDER BY ord'),
     addKey: db.prepare<[string, string, string]>('INSERT OR IGNORE INTO data_keys (kid, wrapped, created_at) VALUES (?, ?, ?)'),
+    auditHead: db.prepare<[string], AuditHead>('SELECT seq, hash FROM audit_heads WHERE tenant_id = ?'),
+    auditInsert: db.prepare<[string, number, number, string]>('INSERT INTO audit_events (tenant_id, seq, created_ms, event) VALUES (?, ?, ?, ?)'),
+    auditSetHead: db.prepare<[string, number, string]>(
+      'INSERT INTO audit_heads (tenant_id, seq, hash) VALUES (?, ?, ?) ON CONFLICT (tenant_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash',
+    ),
   };
+  const idempotency = idempotencyWrites(db);
   const writeSide = (r: WriteRow, seq: number | bigint): void => {
     for (const hash of r.index_hashes) s.insertHash.run(r.tenant_id, hash, seq);
     for (const [key, value] of Object.entries(r.metadata)) s.insertMeta.run(r.tenant_id, key, value, seq);
   };
-  const one = db.transaction((w: WriteOp): unknown => {
+  const apply = (w: WriteOp): unknown => {
     switch (w.op) {
       case 'insert': {
         // Per row: null when written, the existing row when deduplicated. The match and the write
@@ -150,8 +162,9 @@ export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) 
             s.releaseDedupe.run(r.params);
           }
           let seq: number | bigint;
+          const p = r.params;
           try {
-            seq = s.insert.run(dedupe ? r.params : { ...r.params, dedupe_key: null }).lastInsertRowid;
+            seq = s.insert.run(p.tenant!, p.id!, p.type!, p.container!, p.fingerprint!, p.expires_ms!, p.cvc_sealed!, p.cvc_expires_ms!, p.record!, dedupe ? p.dedupe_key! : null).lastInsertRowid;
           } catch (err) {
             const code = sqliteCode(err);
             const onDedupe = err instanceof Error && err.message.includes('dedupe_key');
@@ -182,9 +195,21 @@ export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) 
       case 'addKey':
         s.addKey.run(w.key.kid, w.key.wrapped, w.key.created_at);
         return s.listKeys.all();
+      case 'idempotency':
+        return idempotency(w);
+      case 'audit': {
+        // The head is read and moved in this transaction of the one writer (and SQLite's write
+        // lock serializes other processes): appends form one chain.
+        const { events, head } = chain(s.auditHead.get(w.tenant_id) ?? null, w.inputs);
+        for (const e of events) s.auditInsert.run(w.tenant_id, e.seq, Date.parse(e.created_at), encodeEvent(e));
+        s.auditSetHead.run(w.tenant_id, head.seq, head.hash);
+        return events;
+      }
     }
-  });
-  const group = db.transaction((ops: readonly WriteOp[], out: WriteResult[]) => {
+  };
+  // As a nested better-sqlite3 transaction, `one` is a savepoint: a write that fails rolls back alone.
+  const one = db.transaction(apply);
+  const isolated = db.transaction((ops: readonly WriteOp[], out: WriteResult[]) => {
     for (const w of ops) {
       try {
         out.push({ ok: true, value: one(w) });
@@ -194,13 +219,27 @@ export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) 
       }
     }
   });
-  return (ops) => {
+  // The common case, no duplicate id in the group, without a SAVEPOINT and RELEASE per write.
+  const direct = db.transaction((ops: readonly WriteOp[], out: WriteResult[]) => {
+    for (const w of ops) out.push({ ok: true, value: apply(w) });
+  });
+  // IMMEDIATE: the write lock is taken (waiting busy_timeout) before the first read. A deferred
+  // transaction that reads first (a dedupe match) fails at once with SQLITE_BUSY when another
+  // process's writer (server.workers) committed since its read.
+  const run = (tx: typeof direct, ops: readonly WriteOp[]): WriteResult[] => {
     const out: WriteResult[] = [];
     try {
-      group(ops, out);
+      tx.immediate(ops, out);
     } catch (err) {
       return ops.map(() => ({ ok: false, error: err }));
     }
+    return out;
+  };
+  return (ops) => {
+    const out = run(direct, ops);
+    // A duplicate id rolled the whole group back: run it again with each write in its own
+    // savepoint, so only the write with the duplicate fails. Nothing of the first try committed.
+    if (ops.length > 1 && !out[0]!.ok && out[0]!.error instanceof DuplicateTokenError) return run(isolated, ops);
     return out;
   };
 }
@@ -235,7 +274,8 @@ function startWriter(dbPath: string): Worker {
 }
 
 export interface WriteRequest {
-  op: WriteOp;
+  /** The write as embedded-wire.ts encodeOp wrote it (encoded by the caller, in its own turn). */
+  frame: string;
   resolve: (value: unknown) => void;
   reject: (err: unknown) => void;
 }
@@ -252,10 +292,14 @@ export class WriterThread {
   #alive = true;
   readonly exited: Promise<void>;
 
-  constructor(dbPath: string) {
+  /** Called once nothing is in flight any more, after answers or after the thread died. */
+  readonly #onIdle: () => void;
+
+  constructor(dbPath: string, onIdle: () => void = () => {}) {
+    this.#onIdle = onIdle;
     this.#worker = startWriter(dbPath);
     this.#worker.unref();
-    this.#worker.on('message', (m: WriterReply) => this.#answer(m));
+    this.#worker.on('message', (m: string) => this.#answer(m));
     // An uncaught error in the writer ('error') is always followed by 'exit', which rejects.
     this.#worker.on('error', () => {});
     this.exited = new Promise((resolve) => {
@@ -265,12 +309,18 @@ export class WriterThread {
         this.#inflight.clear();
         for (const r of lost) r.reject(new StoreUnavailableError('the embedded store writer stopped'));
         resolve();
+        this.#onIdle();
       });
     });
   }
 
   get alive(): boolean {
     return this.#alive;
+  }
+
+  /** Whether a sent write is not answered yet. */
+  get busy(): boolean {
+    return this.#inflight.size > 0;
   }
 
   get worker(): Worker {
@@ -280,31 +330,38 @@ export class WriterThread {
   send(requests: readonly WriteRequest[], close = false): void {
     if (this.#inflight.size === 0 || close) this.#worker.ref();
     if (close) this.#closing = true;
-    const ops = requests.map((r) => {
+    const ids: number[] = [];
+    let text = '';
+    for (const r of requests) {
       const id = this.#nextId++;
       this.#inflight.set(id, r);
-      return { id, op: r.op };
-    });
+      ids.push(id);
+      text += encodeRequest(id, r.frame);
+    }
     try {
-      this.#worker.postMessage({ ops, close } satisfies WriterRequest);
+      if (text !== '') this.#worker.postMessage(text satisfies WriterMessage);
+      if (close) this.#worker.postMessage(CLOSE satisfies WriterMessage);
     } catch (err) {
-      // Not structured-cloneable (DataCloneError): these writes fail, the writer is unharmed.
-      for (const { id } of ops) this.#inflight.get(id)?.reject(new StoreUnavailableError('the embedded store failed', { cause: err }));
-      for (const { id } of ops) this.#inflight.delete(id);
+      // The port refused the message: these writes fail, the writer is unharmed.
+      for (const id of ids) this.#inflight.get(id)?.reject(new StoreUnavailableError('the embedded store failed', { cause: err }));
+      for (const id of ids) this.#inflight.delete(id);
       if (close) void this.#worker.terminate();
       else if (this.#inflight.size === 0) this.#worker.unref();
     }
   }
 
-  #answer(m: WriterReply): void {
-    for (const res of m.results) {
+  #answer(m: string): void {
+    for (const res of decodeResults(m)) {
       const r = this.#inflight.get(res.id);
       if (!r) continue;
       this.#inflight.delete(res.id);
       if (res.ok) r.resolve(res.value);
-      else r.reject(writeError(res.error ?? { kind: 'other' }));
+      else r.reject(writeError((res.error as ErrorDescriptor | undefined) ?? { kind: 'other' }));
     }
-    if (this.#inflight.size === 0 && !this.#closing) this.#worker.unref();
+    if (this.#inflight.size === 0 && !this.#closing) {
+      this.#worker.unref();
+      this.#onIdle();
+    }
   }
 }
 
@@ -324,7 +381,7 @@ function isWriterData(v: unknown): v is WriterData {
 function serve(port: MessagePort, path: string): void {
   const db = openConnection(path);
   const execute = writeExecutor(db);
-  let queue: WriterRequest['ops'] = [];
+  let queue: Array<{ id: number; op: WriteOp }> = [];
   let scheduled = false;
   let closing = false;
   const drain = (): void => {
@@ -333,9 +390,10 @@ function serve(port: MessagePort, path: string): void {
     queue = [];
     if (ops.length > 0) {
       const results = execute(ops.map((o) => o.op));
-      const reply: WriterReply = {
-        results: results.map((r, i) => (r.ok ? { id: ops[i].id, ok: true, value: r.value } : { id: ops[i].id, ok: false, error: describeError(r.error) })),
-      };
+      let reply = '';
+      results.forEach((r, i) => {
+        reply += encodeResult(r.ok ? { id: ops[i].id, ok: true, value: r.value } : { id: ops[i].id, ok: false, error: describeError(r.error) });
+      });
       port.postMessage(reply);
     }
     if (closing) {
@@ -343,9 +401,10 @@ function serve(port: MessagePort, path: string): void {
       port.close();
     }
   };
-  port.on('message', (m: WriterRequest) => {
-    queue.push(...m.ops);
-    if (m.close) closing = true;
+  port.on('message', (m: WriterMessage) => {
+    if (typeof m === 'string') {
+      for (const o of decodeRequests(m)) queue.push(o);
+    } else closing = true;
     if (!scheduled) {
       scheduled = true;
       setImmediate(drain);

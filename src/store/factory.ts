@@ -8,14 +8,17 @@ import type { Logger } from '../log.js';
 import type { TokenStore } from './types.js';
 import { EmbeddedStore } from './embedded.js';
 import { RedisStore } from './redis.js';
+import type { RedisTopology } from '../redis/connect.js';
 
 export { InvalidCursorError } from './codec.js';
 
-export interface StoreConfig {
+/** The `store` section: for Redis, one of url, cluster and sentinel (src/redis/connect.ts). */
+export interface StoreConfig extends RedisTopology {
   kind: 'embedded' | 'redis';
   path: string;
-  url: string;
   key_prefix: string;
+  wait_replicas?: number;
+  wait_timeout_ms?: number;
 }
 
 export interface CreateStoreOptions {
@@ -31,7 +34,11 @@ export async function createStore(cfg: StoreConfig, opts: CreateStoreOptions = {
     case 'embedded':
       return new EmbeddedStore(cfg.path === ':memory:' ? cfg.path : resolve(opts.baseDir ?? process.cwd(), cfg.path));
     case 'redis':
-      return RedisStore.connect({ url: cfg.url, keyPrefix: cfg.key_prefix, log: opts.log, commandTimeoutMs: opts.commandTimeoutMs });
+      return RedisStore.connect({
+        url: cfg.url, cluster: cfg.cluster, sentinel: cfg.sentinel, username: cfg.username, password: cfg.password, tls: cfg.tls,
+        keyPrefix: cfg.key_prefix, waitReplicas: cfg.wait_replicas, waitTimeoutMs: cfg.wait_timeout_ms,
+        log: opts.log, commandTimeoutMs: opts.commandTimeoutMs,
+      });
     default: {
       const kind: never = cfg.kind;
       throw new Error(`unknown store kind ${JSON.stringify(kind)}`);

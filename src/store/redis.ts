@@ -1,46 +1,91 @@
 /**
- * The Redis token store, shared by many tokenproxy instances (ioredis).
+ * The Redis token store, shared by many tokenproxy instances (ioredis): one node, a Redis Cluster
+ * or a Sentinel-managed primary (src/redis/connect.ts).
  *
- * DURABILITY: run Redis with `appendonly yes` and `appendfsync always`. A resolved insert then
- * survives a tokenproxy kill -9 (Redis already has it) AND a Redis crash: with `always` Redis
+ * DURABILITY: run every primary with `appendonly yes` and `appendfsync always`. A resolved insert
+ * then survives a tokenproxy kill -9 (Redis already has it) AND a Redis crash: with `always` Redis
  * fsyncs the AOF before it replies. With the default `everysec` a Redis crash can lose the last
- * second of tokens that clients already hold. Replicas do not change this (replication is async).
+ * second of tokens that clients already hold. Replication is asynchronous: a failover (Sentinel
+ * or Cluster promoting a replica) can lose the last writes the primary acknowledged, unless
+ * `waitReplicas` is set: then every write script is followed by `WAIT n timeout` on the same
+ * connection, and fewer acknowledgements answer StoreUnavailableError (503 store_unavailable;
+ * the write did happen on the primary and may or may not survive a failover).
  *
- * Layout (P = key_prefix, T = tenant, every component URI-encoded so ':' never appears inside one):
- *   P t:T:rec:<id>     hash {r: record JSON without cvc, k: JSON list of its index zsets, s: seq, e: expires ms}
- *   P t:T:cvc:<id>     the cvc ciphertext, PEXPIREAT cvc_expires_at (Redis drops it by itself)
- *   P t:T:seq          per-tenant sequence (INCR); zset scores, newest-first cursors
- *   P t:T:all | type:<type> | fp:<fingerprint> | md:<key>:<value> | ix:<hash>   zsets id → seq
- *   P t:T:ct:<container>                        zset id → seq: the tokens of one container
- *   P t:T:dd:<type>:<container>:<fingerprint>   zset id → seq: what a deduplicating insert matches
- *   P t:T:containers   set of the tenant's containers (a container is never removed from it)
- *   P cvc:due          zset cvc key → cvc expiry ms (purgeCvc)
- *   P dk, P dk:order   data keys: hash kid → JSON, list of kids oldest first
- *   P meta             hash {version}: the layout version (2), migrated on connect
- * Writes are Lua scripts, so a batch and its index entries appear atomically and search serves
- * them at once. Scripts touch keys they compute (the insert script also derives record keys of
- * the ids in a dd zset); on Redis Cluster use a hash-tagged prefix such as `{tp}:` so every key
- * lives in one slot.
+ * Layout 3 (P = key_prefix, T = tenant id; every component URI-encoded, so ':' '{' '}' never
+ * appear inside one). Every key of one tenant carries `{T}` as its Redis Cluster hash tag, so
+ * each script touches one slot, tenants spread over the shards, and one tenant lives on one shard:
+ *   P t:{T}:rec:<id>     hash {r: record JSON without cvc, k: JSON list of its index zsets, s: seq, e: expires ms}
+ *   P t:{T}:cvc:<id>     the cvc ciphertext, PEXPIREAT cvc_expires_at (Redis drops it by itself)
+ *   P t:{T}:cvcdue       zset cvc key → cvc expiry ms (purgeCvc)
+ *   P t:{T}:seq          per-tenant sequence (INCR); zset scores, newest-first cursors
+ *   P t:{T}:all | type:<type> | fp:<fingerprint> | md:<key>:<value> | ix:<hash>   zsets id → seq
+ *   P t:{T}:ct:<container>                        zset id → seq: the tokens of one container
+ *   P t:{T}:dd:<type>:<container>:<fingerprint>   zset id → seq: what a deduplicating insert matches
+ *   P t:{T}:containers   set of the tenant's containers (a container is never removed from it)
+ *   P t:{T}:idem:<key>   hash {s, o, v}: an idempotency entry, expiring by itself (redis-idempotency.ts)
+ *   P t:{T}:audit        list of the tenant's audit events (JSON), oldest first (store/audit.ts)
+ *   P t:{T}:audithead    "<seq> <hash>": the tenant's audit chain head
+ *   P tenants            set of tenant ids with a cvc to purge (purgeCvc walks it; plain SADD, no script)
+ *   P {dk}, P {dk}:order data keys: hash kid → JSON, list of kids oldest first (one slot of their own)
+ *   P meta               hash {version}: the layout version (3), migrated on connect
+ * On a Cluster the prefix must not contain '{' or '}' (the config refuses it): Redis hashes the
+ * first {…} of a key, which must be the tenant's. Writes are Lua scripts, so a batch and its index
+ * entries appear atomically and search serves them at once. A script's KEYS[1] is always a key
+ * of the tenant (it routes the script to the tenant's shard); the keys it computes (the insert
+ * script derives record keys of the ids in a dd zset) share that hash tag. One insert batch holds
+ * records of one tenant.
  *
  * Deduplication is a compare-and-set inside the insert script: it looks for the oldest live member
  * of the record's dd zset and returns it instead of writing, in the same atomic step as the write,
  * so N concurrent identical inserts leave one token.
  *
- * Layout version 2 (the ct and dd zsets, the containers set) is built for existing records on
- * connect (migrate): every record gets the zsets it lacks, record by record, each a check-and-set
- * against the record it was computed from. Upgrade every instance sharing a prefix together: a
- * version 1 instance still writing would add records without them.
+ * Migration on connect (`migrate`), from layout 1 (no ct/dd zsets, no containers set) or 2 (keys
+ * `P t:T:…` without the hash tag, one `P cvc:due` zset, `P dk`, `P dk:order`): every key is copied
+ * to its layout 3 name (DUMP/RESTORE with its TTL, then the old one deleted; a key already there is
+ * kept), the cvc due entries are split per tenant, and every record gets the zsets it lacks and a
+ * zset list naming the new keys, each a check-and-set against the record it was computed from.
+ * Idempotent: an interrupted migration resumes on the next connect. Upgrade every instance sharing
+ * a prefix together: an older instance still writing would write the old names.
  */
 import { createHash } from 'node:crypto';
-import { Redis, type ChainableCommander } from 'ioredis';
+import type { ChainableCommander } from 'ioredis';
+import { Cluster } from 'ioredis';
+import { createRedisClient, type RedisClient, type RedisTopology } from '../redis/connect.js';
 import type { Logger } from '../log.js';
 import type { InsertOptions, Page, PageResult, StoredToken, TokenFilter, TokenStore, WrappedDataKey } from './types.js';
 import { DuplicateTokenError, StoreUnavailableError } from './types.js';
+import type { IdempotencyClaim, IdempotencySlot } from './idempotency.js';
+import * as idem from './redis-idempotency.js';
+import {
+  auditMatches, chain, decodeEvent, encodeEvent, TenantSerialAppender,
+  type AuditEvent, type AuditEventInput, type AuditFilter, type AuditHead, type AuditPageResult,
+} from './audit.js';
+
+function parseHead(raw: string | null): AuditHead | null {
+  if (raw === null) return null;
+  const [seq, hash] = raw.split(' ');
+  return { seq: Number(seq), hash: hash ?? '' };
+}
 import {
   checkPage, cvcVisible, decodeCursor, decodeDataKey, decodeRecord, encodeCursor, encodeRecord, InvalidCursorError, isLive, scopeAllows, timeMs,
 } from './codec.js';
 
-/** Lua: stores record b's sealed cvc (if any) with its purge deadline (KEYS[1]: the cvc due zset). */
+/**
+ * Audit append as a compare-and-set on the chain head (Redis' Lua has no SHA-256, so the chain is
+ * computed by the caller from the head it read): ARGV[1] the head it read ('' for none), ARGV[2]
+ * the new head, ARGV[3..] the events. Answers 0, writing nothing, when the head moved meanwhile.
+ */
+const APPEND_AUDIT = `
+local head = redis.call('GET', KEYS[2])
+if (head or '') ~= ARGV[1] then return 0 end
+for i = 3, #ARGV do redis.call('RPUSH', KEYS[1], ARGV[i]) end
+redis.call('SET', KEYS[2], ARGV[2])
+return 1`;
+
+/** How often a compare-and-set write (audit append, update, delete) retries against a value another instance moved. */
+const CAS_ATTEMPTS = 100;
+
+/** Lua: stores record b's sealed cvc (if any) with its purge deadline (KEYS[1]: the tenant's cvc due zset). */
 const SET_CVC = `
 local function setCvc(b)
   if b.cvc then
@@ -71,7 +116,10 @@ local function liveMatch(b)
     if #ids == 0 then return nil end
     for _, id in ipairs(ids) do
       local rec = redis.call('HMGET', b.recBase .. enc(id), 'r', 'e')
-      if rec[1] and (rec[2] == '' or tonumber(rec[2]) > now) then return rec[1] end
+      -- A dd member always has its record (written and deleted together): missing, it is still on
+      -- the node this Cluster slot is migrating from. Nothing is written yet: the client retries.
+      if not rec[1] then return redis.error_reply('TRYAGAIN a record of this slot is being migrated') end
+      if rec[2] == '' or tonumber(rec[2]) > now then return rec[1] end
     end
     start = start + 50
   end
@@ -110,9 +158,9 @@ end
 return out`;
 
 /**
- * Migration to layout 2, one record: KEYS[1] the record, KEYS[2] the containers set; ARGV: the
- * record JSON the new zset list was computed from, that list, the container. Skipped (0) when the
- * record changed or went away since: whoever wrote it wrote the new layout.
+ * Migration to layout 3's index zsets, one record: KEYS[1] the record, KEYS[2] the containers
+ * set; ARGV: the record JSON the new zset list was computed from, that list, the container.
+ * Skipped (0) when the record changed or went away since: whoever wrote it wrote the new layout.
  */
 const MIGRATE_RECORD = `
 local cur = redis.call('HMGET', KEYS[1], 'r', 's', 'k')
@@ -123,12 +171,13 @@ redis.call('HSET', KEYS[1], 'k', ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[3])
 return 1`;
 
-const LAYOUT_VERSION = 2;
+const LAYOUT_VERSION = 3;
 
 const UPDATE = `${SET_CVC}
 local b = cjson.decode(ARGV[1])
 local old = redis.call('HMGET', b.key, 'k', 's', 'e')
 if not old[1] or (old[3] ~= '' and tonumber(old[3]) <= tonumber(ARGV[2])) then return 0 end
+if old[1] ~= ARGV[3] then return -1 end
 for _, z in ipairs(cjson.decode(old[1])) do redis.call('ZREM', z, b.id) end
 for _, z in ipairs(cjson.decode(b.k)) do redis.call('ZADD', z, old[2], b.id) end
 redis.call('HSET', b.key, 'r', b.r, 'k', b.k, 'e', b.e)
@@ -140,6 +189,7 @@ return 1`;
 const DELETE = `
 local old = redis.call('HMGET', KEYS[1], 'k', 'e')
 if not old[1] then return 0 end
+if old[1] ~= ARGV[3] then return -1 end
 for _, z in ipairs(cjson.decode(old[1])) do redis.call('ZREM', z, ARGV[1]) end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[3], KEYS[2])
@@ -171,9 +221,12 @@ interface Found {
   seq: number;
 }
 
-export interface RedisStoreOptions {
-  url: string;
+export interface RedisStoreOptions extends RedisTopology {
   keyPrefix: string;
+  /** After each write script, WAIT for this many replicas (default 0: no wait). */
+  waitReplicas?: number | undefined;
+  /** How long that WAIT may take (default 500 ms); fewer acknowledgements: StoreUnavailableError. */
+  waitTimeoutMs?: number | undefined;
   /** Per command, including time spent waiting for a reconnect (default 1500 ms). */
   commandTimeoutMs?: number;
   connectTimeoutMs?: number;
@@ -222,28 +275,48 @@ function matches(r: StoredToken, f: TokenFilter): boolean {
 
 export class RedisStore implements TokenStore {
   readonly kind = 'redis' as const;
-  readonly #client: Redis;
+  readonly #client: RedisClient;
   readonly #p: string;
+  readonly #waitReplicas: number;
+  readonly #waitTimeoutMs: number;
+  /** Bound on one store call, whatever the topology queues or retries underneath. */
+  readonly #deadlineMs: number;
+  /** Tenants this instance has added to `P tenants` (the set never shrinks). */
+  readonly #tenantsKnown = new Set<string>();
   readonly #scripts = new Map<string, string>();
+  /** Appends of one tenant from this process go one batch at a time (no CAS conflicts among them). */
+  readonly #audit = new TenantSerialAppender((tenantId, inputs) => this.#appendAudit(tenantId, inputs));
 
-  private constructor(client: Redis, prefix: string) {
+  private constructor(client: RedisClient, prefix: string, waitReplicas: number, waitTimeoutMs: number, deadlineMs: number) {
     this.#client = client;
     this.#p = prefix;
+    this.#waitReplicas = waitReplicas;
+    this.#waitTimeoutMs = waitTimeoutMs;
+    this.#deadlineMs = deadlineMs;
   }
 
   /** Connects (failing fast with StoreUnavailableError when Redis does not answer). */
   static async connect(opts: RedisStoreOptions): Promise<RedisStore> {
-    const client = new Redis(opts.url, {
-      lazyConnect: true,
-      connectTimeout: opts.connectTimeoutMs ?? 2000,
-      commandTimeout: opts.commandTimeoutMs ?? 1500,
-      // 0: a command whose connection drops fails instead of being re-sent after a reconnect
-      // (a re-sent insert script that had already run would report its own ids as duplicates).
-      maxRetriesPerRequest: 0,
-      // Queued while reconnecting, bounded by commandTimeout, so a blip is absorbed, an outage is not.
-      enableOfflineQueue: true,
-      retryStrategy: (times: number) => Math.min(times * 100, 1000),
-    });
+    const waitReplicas = opts.waitReplicas ?? 0;
+    const waitTimeoutMs = opts.waitTimeoutMs ?? 500;
+    // A WAIT is one command of its own: it gets its timeout plus a margin for the round trip.
+    const commandTimeout = Math.max(opts.commandTimeoutMs ?? 1500, waitReplicas > 0 ? waitTimeoutMs + 1000 : 0);
+    let client: RedisClient;
+    try {
+      client = createRedisClient(opts, {
+        lazyConnect: true,
+        connectTimeout: opts.connectTimeoutMs ?? 2000,
+        commandTimeout,
+        // 0: a command whose connection drops fails instead of being re-sent after a reconnect
+        // (a re-sent insert script that had already run would report its own ids as duplicates).
+        maxRetriesPerRequest: 0,
+        // Queued while reconnecting, bounded by commandTimeout, so a blip is absorbed, an outage is not.
+        enableOfflineQueue: true,
+        retryStrategy: (times: number) => Math.min(times * 100, 1000),
+      });
+    } catch (err) {
+      throw new StoreUnavailableError('cannot configure the Redis token store client', { cause: sanitize(err) });
+    }
     let down = false;
     client.on('error', (err: unknown) => {
       if (down) return;
@@ -260,10 +333,10 @@ export class RedisStore implements TokenStore {
       client.disconnect();
       throw new StoreUnavailableError('cannot connect to the Redis token store', { cause: sanitize(err) });
     }
-    const store = new RedisStore(client, opts.keyPrefix);
+    const store = new RedisStore(client, opts.keyPrefix, waitReplicas, waitTimeoutMs, commandTimeout + 250);
     try {
       const migrated = await store.migrate();
-      if (migrated > 0) opts.log?.info({ records: migrated }, 'redis token store migrated to layout 2');
+      if (migrated > 0) opts.log?.info({ changes: migrated }, `redis token store migrated to layout ${LAYOUT_VERSION}`);
     } catch (err) {
       client.disconnect();
       throw err instanceof StoreUnavailableError ? err : new StoreUnavailableError('cannot migrate the Redis token store', { cause: sanitize(err) });
@@ -272,38 +345,105 @@ export class RedisStore implements TokenStore {
   }
 
   /**
-   * Brings records written by layout 1 to layout 2 (the ct and dd zsets, the containers set);
-   * returns how many records changed. Idempotent; a no-op once `P meta` says version 2.
+   * Brings keys written by layouts 1 and 2 to layout 3 (file header); returns how many keys and
+   * records changed. Idempotent; a no-op once `P meta` says version 3.
    */
   async migrate(): Promise<number> {
     const meta = `${this.#p}meta`;
     if (Number(await this.#call(() => this.#client.hget(meta, 'version'))) >= LAYOUT_VERSION) return 0;
-    const pattern = `${this.#p.replace(/[*?[\]\\]/g, '\\$&')}t:*:rec:*`;
-    let cursor = '0';
-    let changed = 0;
-    do {
-      const [next, keys] = await this.#call(() => this.#client.scan(cursor, 'MATCH', pattern, 'COUNT', 1000));
-      cursor = next;
-      // Only P t:<tenant>:rec:<id> (components are encoded: no ':' inside one), not an md zset named "rec".
-      const recs = keys.filter((k) => k.slice(this.#p.length).split(':').length === 4 && k.slice(this.#p.length).split(':')[2] === 'rec');
-      if (recs.length === 0) continue;
-      const raw = await this.#pipeline((p) => recs.forEach((k) => p.hmget(k, 'r', 'k')));
+    let changed = await this.#moveToTenantSlots();
+    // Only P t:{T}:rec:<id> (components are encoded: no ':' inside one), not an md zset named "rec".
+    for await (const recs of this.#scan('t:{*}:rec:*', (k) => k.split(':').length === 4 && k.split(':')[2] === 'rec')) {
+      // One command per key, no pipeline: on a Cluster the keys of a SCAN page span slots.
+      const raw = await Promise.all(recs.map((k) => this.#call(() => this.#client.hmget(k, 'r', 'k'))));
       for (let i = 0; i < recs.length; i++) {
-        const v = raw[i];
-        if (!Array.isArray(v) || typeof v[0] !== 'string') continue;
+        const v = raw[i]!;
+        if (typeof v[0] !== 'string') continue;
         const record = decodeRecord(v[0], null);
         const { k } = this.#payload(record);
         if (k === v[1]) continue;
         const keysOf = [recs[i]!, this.#t(record.tenant_id, 'containers')];
         changed += Number(await this.#eval(MIGRATE_RECORD, keysOf, [v[0], k, record.container]));
       }
-    } while (cursor !== '0');
+    }
     await this.#call(() => this.#client.hset(meta, 'version', String(LAYOUT_VERSION)));
     return changed;
   }
 
+  /**
+   * Layouts 1-2 to 3's key names: `P t:T:…` → `P t:{T}:…`, `P dk` → `P {dk}`, `P cvc:due` → one
+   * `P t:{T}:cvcdue` per tenant. A key is copied (DUMP/RESTORE keeps its type, content and TTL)
+   * before the old one is deleted, so an interruption loses nothing; a new name that already
+   * exists was copied by an earlier or concurrent run and is kept.
+   */
+  async #moveToTenantSlots(): Promise<number> {
+    let moved = 0;
+    const move = async (from: string, to: string): Promise<void> => {
+      const [dump, pttl] = await Promise.all([this.#call(() => this.#client.dumpBuffer(from)), this.#call(() => this.#client.pttl(from))]);
+      if (dump === null) return;
+      try {
+        await this.#call(() => this.#client.restore(to, Math.max(0, pttl), dump));
+      } catch (err) {
+        if (!(err instanceof StoreUnavailableError && /BUSYKEY/.test(err.message))) throw err;
+      }
+      await this.#call(() => this.#client.del(from));
+      moved++;
+    };
+    const old = (k: string): boolean => k.startsWith('t:') && !k.startsWith('t:{') && k.split(':').length >= 3;
+    for await (const keys of this.#scan('t:*', old)) {
+      for (const k of keys) {
+        const rest = k.slice(this.#p.length + 2);
+        const cut = rest.indexOf(':');
+        await move(k, `${this.#p}t:{${rest.slice(0, cut)}}${rest.slice(cut)}`);
+      }
+    }
+    await move(`${this.#p}dk`, this.#dk());
+    await move(`${this.#p}dk:order`, this.#dk('order'));
+    const due = `${this.#p}cvc:due`;
+    for (;;) {
+      const page = await this.#call(() => this.#client.zrange(due, '0', '499', 'WITHSCORES'));
+      if (page.length === 0) break;
+      for (let i = 0; i < page.length; i += 2) {
+        const member = page[i]!;
+        const rest = member.startsWith(`${this.#p}t:`) ? member.slice(this.#p.length + 2) : '';
+        const cut = rest.indexOf(':');
+        if (cut > 0 && !rest.startsWith('{')) {
+          const tenant = decodeURIComponent(rest.slice(0, cut));
+          await this.#call(() => this.#client.sadd(this.#tenantsKey(), tenant));
+          await this.#call(() => this.#client.zadd(this.#t(tenant, 'cvcdue'), page[i + 1]!, `${this.#p}t:{${rest.slice(0, cut)}}${rest.slice(cut)}`));
+        }
+        await this.#call(() => this.#client.zrem(due, member));
+        moved++;
+      }
+    }
+    return moved;
+  }
+
+  /**
+   * The keys under the prefix matching `pattern` (relative to it, glob) for which `keep` (given
+   * the key without the prefix) holds, a SCAN page at a time; on a Cluster, every master's.
+   */
+  async *#scan(pattern: string, keep: (rel: string) => boolean): AsyncGenerator<string[]> {
+    const match = `${this.#p.replace(/[*?[\]\\]/g, '\\$&')}${pattern}`;
+    const nodes = this.#client instanceof Cluster ? this.#client.nodes('master') : [this.#client];
+    for (const node of nodes) {
+      let cursor = '0';
+      do {
+        const [next, keys] = await this.#call(() => node.scan(cursor, 'MATCH', match, 'COUNT', 1000));
+        cursor = next;
+        const kept = keys.filter((k) => k.startsWith(this.#p) && keep(k.slice(this.#p.length)));
+        if (kept.length > 0) yield kept;
+      } while (cursor !== '0');
+    }
+  }
+
   async insertMany(records: StoredToken[], options: InsertOptions = {}): Promise<Array<StoredToken | null>> {
     if (records.length === 0) return [];
+    const tenant = records[0]!.tenant_id;
+    // One script, one slot: a batch spanning tenants would be refused by a Cluster (the service
+    // writes one tenant's batch per request).
+    if (records.some((r) => r.tenant_id !== tenant)) throw new TypeError('insertMany: the records of one batch must share a tenant');
+    if (records.some((r) => r.cvc_sealed && r.cvc_expires_at)) await this.#knowTenant(tenant);
     const batch = records.map((r, i) => ({
       ...this.#payload(r),
       seq: this.#t(r.tenant_id, 'seq'),
@@ -312,7 +452,12 @@ export class RedisStore implements TokenStore {
       recBase: `${this.#t(r.tenant_id, 'rec')}:`,
       dedupe: options.dedupe?.[i] === true,
     }));
-    const out = await this.#eval(INSERT, [this.#cvcDue()], [JSON.stringify(batch), String(Date.now())]);
+    // Every key the script writes is declared (KEYS[1] first, the one it uses by name): on a
+    // Cluster whose slot is migrating, Redis then answers TRYAGAIN (retried) unless they are all
+    // on one node, instead of the script failing halfway on a key that moved.
+    const declared = [this.#t(tenant, 'cvcdue'), this.#t(tenant, 'seq'), this.#t(tenant, 'containers'),
+      ...batch.flatMap((b) => [b.key, b.cvcKey, ...(JSON.parse(b.k) as string[])])];
+    const out = await this.#eval(INSERT, [...new Set(declared)], [JSON.stringify(batch), String(Date.now())], true);
     if (!Array.isArray(out)) throw new StoreUnavailableError('the Redis token store answered an insert unexpectedly');
     if (out[0] === 'dup') throw new DuplicateTokenError(String(out[1]));
     return records.map((_, i) => {
@@ -329,14 +474,81 @@ export class RedisStore implements TokenStore {
     return this.#fetch(tenantId, [...new Set(ids)], Date.now());
   }
 
+  appendAudit(tenantId: string, events: AuditEventInput[]): Promise<AuditEvent[]> {
+    if (events.length === 0) return Promise.resolve([]);
+    return this.#audit.append(tenantId, events);
+  }
+
+  async #appendAudit(tenantId: string, inputs: AuditEventInput[]): Promise<AuditEvent[]> {
+    const keys = [this.#t(tenantId, 'audit'), this.#t(tenantId, 'audithead')];
+    for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
+      const raw = await this.#call(() => this.#client.get(keys[1]!));
+      const { events, head } = chain(parseHead(raw), inputs);
+      const ok = await this.#eval(APPEND_AUDIT, keys, [raw ?? '', `${head.seq} ${head.hash}`, ...events.map(encodeEvent)], true);
+      if (Number(ok) === 1) return events;
+    }
+    throw new StoreUnavailableError('the audit chain head kept moving; the append was not written');
+  }
+
+  async listAudit(tenantId: string, filter: AuditFilter, page: Page): Promise<AuditPageResult> {
+    checkPage(page);
+    const key = this.#t(tenantId, 'audit');
+    // Positions are 1-based list indexes; the cursor is the position of the last event returned.
+    let pos = page.after === null ? Number(await this.#call(() => this.#client.llen(key))) : decodeCursor(page.after) - 1;
+    const items: AuditEvent[] = [];
+    let last = 0;
+    const chunk = Math.max(200, page.size * 4);
+    while (pos > 0) {
+      const from = Math.max(1, pos - chunk + 1);
+      const raw = await this.#call(() => this.#client.lrange(key, from - 1, pos - 1));
+      for (let i = raw.length - 1; i >= 0; i--) {
+        const p = from + i;
+        const e = decodeEvent(raw[i]!);
+        if (!e || !auditMatches(e, filter)) continue;
+        if (items.length === page.size) return { items, next: encodeCursor(last) };
+        items.push(e);
+        last = p;
+      }
+      pos = from - 1;
+    }
+    return { items, next: null };
+  }
+
+  async auditRange(tenantId: string, after: string | null, limit: number): Promise<{ items: Array<AuditEvent | null>; next: string | null }> {
+    const start = after === null ? 0 : decodeCursor(after);
+    const raw = await this.#call(() => this.#client.lrange(this.#t(tenantId, 'audit'), start, start + limit - 1));
+    return { items: raw.map((r) => decodeEvent(r)), next: raw.length === limit ? encodeCursor(start + limit) : null };
+  }
+
+  async auditHead(tenantId: string): Promise<AuditHead | null> {
+    return parseHead(await this.#call(() => this.#client.get(this.#t(tenantId, 'audithead'))));
+  }
+
   async update(record: StoredToken): Promise<boolean> {
-    const payload = JSON.stringify(this.#payload(record));
-    return (await this.#eval(UPDATE, [this.#cvcDue()], [payload, String(Date.now())])) === 1;
+    const b = this.#payload(record);
+    if (record.cvc_sealed && record.cvc_expires_at) await this.#knowTenant(record.tenant_id);
+    const keys = [this.#t(record.tenant_id, 'cvcdue'), b.key, b.cvcKey, ...(JSON.parse(b.k) as string[])];
+    return (await this.#withOldZsets(b.key, (oldK, old) => this.#eval(UPDATE, [...new Set([...keys, ...old])], [JSON.stringify(b), String(Date.now()), oldK], true))) === 1;
   }
 
   async delete(tenantId: string, id: string): Promise<boolean> {
-    const keys = [this.#t(tenantId, 'rec', id), this.#t(tenantId, 'cvc', id), this.#cvcDue()];
-    return (await this.#eval(DELETE, keys, [id, String(Date.now())])) === 1;
+    const keys = [this.#t(tenantId, 'rec', id), this.#t(tenantId, 'cvc', id), this.#t(tenantId, 'cvcdue')];
+    return (await this.#withOldZsets(keys[0]!, (oldK, old) => this.#eval(DELETE, [...keys, ...old], [id, String(Date.now()), oldK], true))) === 1;
+  }
+
+  /**
+   * Runs an update or delete script with the record's current index zsets declared as keys (read
+   * first, so a Cluster slot migration answers TRYAGAIN instead of failing the script halfway); the
+   * script answers -1, writing nothing, when the record's zset list changed since: read again.
+   */
+  async #withOldZsets(recKey: string, run: (oldK: string, old: string[]) => Promise<unknown>): Promise<unknown> {
+    for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
+      const oldK = await this.#call(() => this.#client.hget(recKey, 'k'));
+      if (oldK === null) return 0;
+      const out = await run(oldK, JSON.parse(oldK) as string[]);
+      if (Number(out) !== -1) return out;
+    }
+    throw new StoreUnavailableError('the record kept changing; the write was not made');
   }
 
   async list(tenantId: string, filter: TokenFilter, page: Page): Promise<PageResult> {
@@ -390,20 +602,47 @@ export class RedisStore implements TokenStore {
     const ms = now.getTime();
     if (!Number.isFinite(ms)) throw new TypeError('purgeCvc: invalid date');
     let total = 0;
-    for (;;) {
-      const n = Number(await this.#eval(PURGE_CVC, [this.#cvcDue()], [String(ms), String(PURGE_BATCH)]));
-      total += n;
-      if (n < PURGE_BATCH) return total;
+    // Per tenant (each tenant's cvc keys share its slot); the cvc keys also expire by themselves.
+    const tenants = await this.#call(() => this.#client.smembers(this.#tenantsKey()));
+    for (const tenant of tenants) {
+      for (;;) {
+        const n = Number(await this.#eval(PURGE_CVC, [this.#t(tenant, 'cvcdue')], [String(ms), String(PURGE_BATCH)]));
+        total += n;
+        if (n < PURGE_BATCH) break;
+      }
     }
+    return total;
   }
 
   async listDataKeys(): Promise<WrappedDataKey[]> {
-    return this.#decodeKeys(await this.#eval(LIST_KEYS, [`${this.#p}dk`, `${this.#p}dk:order`], []));
+    return this.#decodeKeys(await this.#eval(LIST_KEYS, [this.#dk(), this.#dk('order')], []));
   }
 
   async addDataKey(key: WrappedDataKey): Promise<WrappedDataKey[]> {
     const value = JSON.stringify({ kid: key.kid, wrapped: key.wrapped, created_at: key.created_at });
-    return this.#decodeKeys(await this.#eval(ADD_KEY, [`${this.#p}dk`, `${this.#p}dk:order`], [key.kid, value]));
+    return this.#decodeKeys(await this.#eval(ADD_KEY, [this.#dk(), this.#dk('order')], [key.kid, value], true));
+  }
+
+  async claimIdempotencyKey(slot: IdempotencySlot, owner: string, sealed: string, ttlMs: number): Promise<IdempotencyClaim> {
+    const v = await this.#eval(idem.CLAIM, [this.#t(slot.tenant_id, 'idem', slot.key)], [owner, sealed, String(Math.max(1, Math.ceil(ttlMs)))], true);
+    if (!Array.isArray(v)) throw new StoreUnavailableError('a stored idempotency entry is corrupt');
+    if (v[0] === 'claimed') return { state: 'claimed' };
+    if ((v[0] === 'in_flight' || v[0] === 'done') && typeof v[1] === 'string') return { state: v[0], sealed: v[1] };
+    throw new StoreUnavailableError('a stored idempotency entry is corrupt');
+  }
+
+  async completeIdempotencyKey(slot: IdempotencySlot, owner: string, sealed: string, ttlMs: number): Promise<boolean> {
+    const ttl = String(Math.max(1, Math.ceil(ttlMs)));
+    return Number(await this.#eval(idem.COMPLETE, [this.#t(slot.tenant_id, 'idem', slot.key)], [owner, sealed, ttl], true)) === 1;
+  }
+
+  async releaseIdempotencyKey(slot: IdempotencySlot, owner: string): Promise<boolean> {
+    return Number(await this.#eval(idem.RELEASE, [this.#t(slot.tenant_id, 'idem', slot.key)], [owner], true)) === 1;
+  }
+
+  /** Redis expires idempotency entries by itself (PEXPIRE): nothing to purge. */
+  async purgeIdempotencyKeys(): Promise<number> {
+    return 0;
   }
 
   async ping(): Promise<void> {
@@ -414,20 +653,34 @@ export class RedisStore implements TokenStore {
     if (this.#client.status === 'ready') {
       try {
         await this.#client.quit();
-        return;
       } catch {
         // fall through: drop the connection
       }
     }
+    // Also after QUIT: with Sentinel only disconnect() closes the failover detector's
+    // connections to the sentinels (they would reconnect forever).
     this.#client.disconnect();
   }
 
+  /** A key of the tenant: its hash tag is the encoded tenant id (no braces inside). */
   #t(tenantId: string, ...parts: string[]): string {
-    return `${this.#p}t:${enc(tenantId)}:${parts.map(enc).join(':')}`;
+    return `${this.#p}t:{${enc(tenantId)}}:${parts.map(enc).join(':')}`;
   }
 
-  #cvcDue(): string {
-    return `${this.#p}cvc:due`;
+  /** The data keys' hash and order list, in one slot of their own. */
+  #dk(part?: string): string {
+    return `${this.#p}{dk}${part === undefined ? '' : `:${part}`}`;
+  }
+
+  #tenantsKey(): string {
+    return `${this.#p}tenants`;
+  }
+
+  /** Adds the tenant to `P tenants` before its first cvc is written, once per instance. */
+  async #knowTenant(tenantId: string): Promise<void> {
+    if (this.#tenantsKnown.has(tenantId)) return;
+    await this.#call(() => this.#client.sadd(this.#tenantsKey(), tenantId));
+    this.#tenantsKnown.add(tenantId);
   }
 
   /** What the write scripts need for one record; index zsets are computed here, not in Lua. */
@@ -535,26 +788,56 @@ export class RedisStore implements TokenStore {
     });
   }
 
-  /** EVALSHA, falling back to EVAL once when the server has not cached the script (NOSCRIPT). */
-  async #eval(script: string, keys: string[], args: string[]): Promise<unknown> {
+  /**
+   * EVALSHA, falling back to EVAL once when the server has not cached the script (NOSCRIPT).
+   * `write` with waitReplicas > 0: the script and `WAIT n timeout` go in one pipeline, so the WAIT
+   * runs on the connection (the node) that ran the script, right after it.
+   */
+  async #eval(script: string, keys: string[], args: string[], write = false): Promise<unknown> {
     let sha = this.#scripts.get(script);
     if (!sha) this.#scripts.set(script, (sha = createHash('sha1').update(script).digest('hex')));
     const evalsha = sha;
+    const wait = write && this.#waitReplicas > 0;
+    const run = async (cached: boolean): Promise<unknown> => {
+      if (!wait) {
+        return cached ? this.#client.evalsha(evalsha, keys.length, ...keys, ...args) : this.#client.eval(script, keys.length, ...keys, ...args);
+      }
+      const p = this.#client.pipeline();
+      if (cached) p.evalsha(evalsha, keys.length, ...keys, ...args);
+      else p.eval(script, keys.length, ...keys, ...args);
+      p.wait(this.#waitReplicas, this.#waitTimeoutMs);
+      const results = await p.exec();
+      if (!results) throw new StoreUnavailableError('the Redis token store aborted a pipeline');
+      const [[err, value], [waitErr, acked]] = results as [[Error | null, unknown], [Error | null, unknown]];
+      if (err) throw err;
+      if (waitErr) throw waitErr;
+      if (Number(acked) < this.#waitReplicas) {
+        throw new StoreUnavailableError(`the write was acknowledged by ${Number(acked)} of ${this.#waitReplicas} Redis replicas in time (it is on the primary)`);
+      }
+      return value;
+    };
     return this.#call(async () => {
       try {
-        return await this.#client.evalsha(evalsha, keys.length, ...keys, ...args);
+        return await run(true);
       } catch (err) {
         if (!(err instanceof Error && err.message.startsWith('NOSCRIPT'))) throw err;
-        return this.#client.eval(script, keys.length, ...keys, ...args);
+        return run(false);
       }
     });
   }
 
+  /** Every store call: bounded by the deadline (a Cluster may queue a command while it refreshes its slots). */
   async #call<T>(fn: () => Promise<T>): Promise<T> {
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error('the store call timed out')), this.#deadlineMs);
+    });
     try {
-      return await fn();
+      return await Promise.race([fn(), deadline]);
     } catch (err) {
       throw this.#mapError(err);
+    } finally {
+      clearTimeout(timer);
     }
   }
 

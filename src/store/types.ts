@@ -1,8 +1,11 @@
+import type { AuditEvent, AuditEventInput, AuditFilter, AuditHead, AuditPageResult } from './audit.js';
+
 /**
  * The token store: what the vault persists. Implementations never see plaintext: `sealed` and
  * `cvc_sealed` are ciphertext strings, `fingerprint` and `index_hashes` are HMAC digests.
  * Contract suite: test/store/contract.ts, run against every implementation.
  */
+import type { IdempotencyStore } from './idempotency.js';
 
 export interface StoredToken {
   tenant_id: string;
@@ -96,7 +99,8 @@ export interface InsertOptions {
   dedupe?: readonly boolean[];
 }
 
-export interface TokenStore {
+/** Idempotency entries (SVC-IDEMPOTENCY-KEY) are kept by the token store too: store/idempotency.ts. */
+export interface TokenStore extends IdempotencyStore {
   readonly kind: 'embedded' | 'redis';
   /**
    * Writes every record or none (one transaction / one script). Durable when it resolves.
@@ -124,6 +128,21 @@ export interface TokenStore {
   listDataKeys(): Promise<WrappedDataKey[]>;
   /** Stores a wrapped data key unless one with this kid exists; returns the ring afterwards. */
   addDataKey(key: WrappedDataKey): Promise<WrappedDataKey[]>;
+  /**
+   * Audit trail (store/audit.ts): appends events of one tenant to its chain, atomically with the
+   * chain head; concurrent appends (from any number of processes) still form one chain. Returns
+   * the stored events, in order.
+   */
+  appendAudit(tenantId: string, events: AuditEventInput[]): Promise<AuditEvent[]>;
+  /** Newest first, filtered; `page.after` is a previous page's `next`. */
+  listAudit(tenantId: string, filter: AuditFilter, page: Page): Promise<AuditPageResult>;
+  /**
+   * The tenant's events as stored, oldest first, for the chain check: an entry that does not
+   * decode is null. `after`: a previous answer's `next` (null: from the start).
+   */
+  auditRange(tenantId: string, after: string | null, limit: number): Promise<{ items: Array<AuditEvent | null>; next: string | null }>;
+  /** The tenant's chain head, or null before its first event. */
+  auditHead(tenantId: string): Promise<AuditHead | null>;
   /** Resolves when the store answers; rejects with StoreUnavailableError when it does not. */
   ping(): Promise<void>;
   close(): Promise<void>;

@@ -12,6 +12,7 @@ import * as access from '../auth/access.js';
 import type { Principal } from '../auth/keys.js';
 import { ServiceError, type FieldErrors } from '../errors.js';
 import type { Logger } from '../log.js';
+import type { VaultMetrics } from '../metrics/registry.js';
 import { InvalidCursorError } from '../store/factory.js';
 import { DuplicateTokenError, StoreUnavailableError, type StoredToken, type TokenFilter, type TokenStore } from '../store/types.js';
 import type { CardData } from './card.js';
@@ -37,6 +38,8 @@ export interface TokenServiceOptions {
   now?: () => number;
   /** Where a mask that fails at read time is reported when the caller passes no request logger. */
   log?: Logger;
+  /** Counts reveals (README "Metrics"). */
+  metrics?: VaultMetrics;
 }
 
 export interface ListQuery {
@@ -290,8 +293,14 @@ export class TokenService {
     return JSON.parse(json) as string | CardData;
   }
 
+  /** The unsealed cvc of a card while its retention window keeps it, else null (never shown by reads). */
+  async cvc(t: StoredToken): Promise<string | null> {
+    return t.cvc_sealed === null ? null : await this.crypto.unsealOrRefresh(t.cvc_sealed, cvcAad(t.tenant_id, t.id));
+  }
+
   private async shape(p: Principal, t: StoredToken, transform: access.Transform, log?: Logger): Promise<TokenRecord> {
     const plaintext = needsPlaintext(t, transform) ? await this.plaintext(t) : null;
+    if (transform === 'reveal') this.opts.metrics?.revealed(t.type);
     return readRecord(t, transform, plaintext, access.showsFingerprint(p.app, t.container), log ?? this.opts.log);
   }
 

@@ -56,7 +56,7 @@ const noStack = (t: Test, r: Run) => t.notMatch(r.stdout + r.stderr, /\n\s+at /,
 t.test('--help lists every command; COMMAND --help and help COMMAND show its usage', async (t) => {
   const r = await cli(['--help']);
   t.equal(r.code, 0, 'as a child process');
-  for (const c of ['start', 'check-config', 'hash-key', 'gen-key', 'gen-master-key']) t.match(r.stdout, new RegExp(`\\n  ${c} `), c);
+  for (const c of ['start', 'check-config', 'hash-key', 'gen-key', 'gen-master-key', 'reload', 'rotate-data-key']) t.match(r.stdout, new RegExp(`\\n  ${c} `), c);
   t.match(r.stdout, /Exit codes: 0 done, 1 the command failed.*2 usage error/);
   const a = await inProcess(['gen-key', '--help']);
   const b = await inProcess(['help', 'gen-key']);

@@ -37,14 +37,18 @@ export function runCli(args: string[], env: Record<string, string> = {}): Promis
   });
 }
 
-export async function startChild(configPath: string, env: Record<string, string> = {}): Promise<ChildService> {
+/** `startTimeoutMs`: how long it may take to say it listens (a cluster's workers start after their primary). */
+export async function startChild(configPath: string, env: Record<string, string> = {}, startTimeoutMs = 30_000): Promise<ChildService> {
   const child = spawn(process.execPath, [...loaderArgs(), 'src/main.ts', '--config', configPath], {
     env: { ...process.env, ...env, PORT: '0' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`service did not start:\n${output}`)), 30_000);
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`service did not start:\n${output}`));
+    }, startTimeoutMs);
     const onData = (d: Buffer) => {
       output += d;
       const m = /"url":"(http:\/\/[^"]+)"[^\n]*tokenproxy listening|tokenproxy listening[^\n]*"url":"(http:\/\/[^"]+)"/.exec(output);

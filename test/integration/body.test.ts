@@ -2,9 +2,11 @@
 import t from 'tap';
 import { request } from 'node:http';
 import { KEYS, startTestService } from '../helpers/service.js';
+import { checkResponses } from '../helpers/openapi.js';
 
 t.test('a chunked body over the limit is refused with 413 while streaming', async (t) => {
   const s = await startTestService(t);
+  await checkResponses(s);
   const { status, body } = await new Promise<{ status: number; body: string }>((resolve, reject) => {
     const req = request(`${s.url}/tokenize`, { method: 'POST', headers: { 'svc-api-key': KEYS.private, 'content-type': 'application/json' } }, (res) => {
       let text = '';

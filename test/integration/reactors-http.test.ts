@@ -1,6 +1,7 @@
 /** POST /reactors/{id}/react end to end: args in, raw out, tokens really stored; permissions and tenancy. */
 import t from 'tap';
 import { baseConfig, KEYS, startTestService } from '../helpers/service.js';
+import { checkResponses } from '../helpers/openapi.js';
 
 const VISA = '4242424242424242';
 
@@ -17,6 +18,7 @@ function config(): Record<string, unknown> {
 
 t.test('reactors over HTTP', async (t) => {
   const s = await startTestService(t, { config: config() });
+  await checkResponses(s);
 
   const r = await s.call('POST', '/reactors/brand/react', { body: { args: { card: { number: VISA, expiration_month: 12, expiration_year: 2030 } } } });
   t.equal(r.status, 200);

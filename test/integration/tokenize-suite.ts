@@ -4,7 +4,9 @@
  */
 import type { Test } from 'tap';
 
+import { tokenCount as countTokens } from '../helpers/tokens.js';
 import { APP_PRIVATE, baseConfig, KEYS, TENANT_A, startTestService, type StartTestOptions, type TestService } from '../helpers/service.js';
+import { checkResponses } from '../helpers/openapi.js';
 
 /** A key that may create (and read) in /general/ only. */
 const GENERAL_ONLY_KEY = 'test_general_only_key_000000000000';
@@ -29,19 +31,10 @@ export function tokenizeSuite(t: Test, options: (t: Test) => Promise<StartTestOp
   let s: TestService;
   t.before(async () => {
     s = await startTestService(t, await options(t));
+    await checkResponses(s);
   });
 
-  async function tokenCount(): Promise<number> {
-    let n = 0;
-    let start: string | null = null;
-    do {
-      const r = await s.call('GET', `/tokens?size=100${start ? `&start=${encodeURIComponent(start)}` : ''}`);
-      if (r.status !== 200) throw new Error(`list failed ${r.status}`);
-      n += r.body.data.length;
-      start = r.body.pagination.next;
-    } while (start);
-    return n;
-  }
+  const tokenCount = () => countTokens(s);
 
   function checkCardRecord(t: Test, rec: any, where: 'mask' | 'data', number = VISA) {
     t.match(rec.id, UUID, 'id is a UUID');
@@ -200,6 +193,7 @@ export function tokenizeSuite(t: Test, options: (t: Test) => Promise<StartTestOp
 
   t.test('a card in a container the key may not create in is 403, and nothing of the request is created', async (t) => {
     const own = await startTestService(t, { ...(await options(t)), config: withGeneralOnlyApp() });
+    await checkResponses(own);
     const count = async () => (await own.call('GET', '/tokens?size=100')).body.data.length as number;
     const ok = await own.call('POST', '/tokenize', { key: GENERAL_ONLY_KEY, body: { s: 'plain', t: { type: 'token', data: 'v', containers: ['/general/low/'] } } });
     t.equal(ok.status, 200, 'plain strings (/general/high/) and /general/low/ are allowed');

@@ -2,6 +2,8 @@
 import type { Test } from 'tap';
 import { KeyRing } from '../../src/crypto/keyring.js';
 import { APP_PRIVATE, baseConfig, KEYS, TENANT_A, startTestService, type StartTestOptions, type TestService } from '../helpers/service.js';
+import { checkResponses } from '../helpers/openapi.js';
+import { randomCard } from '../helpers/secrets.js';
 
 /** A key whose one access rule reads and searches everything with `redact`. */
 const REDACT_KEY = 'test_redact_key_ffffffffffffffffff';
@@ -23,6 +25,7 @@ export function tokensSuite(t: Test, options: (t: Test) => Promise<StartTestOpti
   let s: TestService;
   t.before(async () => {
     s = await startTestService(t, await options(t));
+    await checkResponses(s);
   });
 
   t.test('POST /tokens creates one token (201) and GET reads it with the rule transform', async (t) => {
@@ -52,6 +55,7 @@ export function tokensSuite(t: Test, options: (t: Test) => Promise<StartTestOpti
 
   t.test('a redact rule: no data for cards and tokens (mask expression or not), in reads, lists and searches', async (t) => {
     const own = await startTestService(t, { ...(await options(t)), config: withRedactApp() });
+    await checkResponses(own);
     const c = await own.call('POST', '/tokens', { body: { ...card, search_indexes: ['{{ data.number | last4 }}'] } });
     const k = await own.call('POST', '/tokens', { body: { type: 'token', data: 'redact-me-1234', mask: '{{ data | reveal_last: 4 }}', search_indexes: ['{{ data | last4 }}'] } });
     for (const id of [c.body.id, k.body.id]) {
@@ -136,6 +140,7 @@ export function tokensSuite(t: Test, options: (t: Test) => Promise<StartTestOpti
 
   t.test('list: cursor pages, filters, /v2 path; a new token is listed at once', async (t) => {
     const own = await startTestService(t, await options(t));
+    await checkResponses(own);
     const made: string[] = [];
     for (let i = 0; i < 5; i++) made.push((await own.call('POST', '/tokens', { body: { type: 'token', data: `v${i}`, metadata: { batch: i % 2 ? 'odd' : 'even' } } })).body.id);
     const cardTok = await own.call('POST', '/tokens', { body: card });
@@ -161,6 +166,7 @@ export function tokensSuite(t: Test, options: (t: Test) => Promise<StartTestOpti
 
   t.test('search: POST and GET, query fields, at once after create', async (t) => {
     const own = await startTestService(t, await options(t));
+    await checkResponses(own);
     const a = await own.call('POST', '/tokenize', { body: { type: 'card', data: { number: VISA, expiration_month: 1, expiration_year: 2030 }, search_indexes: ['{{ data.number | last4 }}'], metadata: { customer: 'c 1' } } });
     await own.call('POST', '/tokenize', { body: { type: 'token', data: 'x-4242', search_indexes: ['{{ data | last4 }}'] } });
     const r = await own.call('POST', '/tokens/search', { body: { query: 'data:4242', size: 10 } });
@@ -191,5 +197,10 @@ export function tokensSuite(t: Test, options: (t: Test) => Promise<StartTestOpti
     t.equal(ready.body.store, s.svc.store.kind);
     const traced = await s.call('GET', '/healthz', { key: null, headers: { 'svc-trace-id': 'trace-abc-123' } });
     t.equal(traced.headers.get('svc-trace-id'), 'trace-abc-123');
+    // A trace id is logged on every line of its request: one holding a card number is replaced.
+    const card = randomCard();
+    const carded = await s.call('GET', '/healthz', { key: null, headers: { 'svc-trace-id': card } });
+    t.not(carded.headers.get('svc-trace-id'), card, 'a card number is not taken as the trace id');
+    t.match(carded.headers.get('svc-trace-id'), /^[0-9a-f-]{36}$/, 'a new UUID instead');
   });
 }

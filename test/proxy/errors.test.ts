@@ -9,7 +9,9 @@ import { request as httpRequest } from 'node:http';
 import t from 'tap';
 import { freePort } from '../helpers/redis.js';
 import { KEYS, startTestService } from '../helpers/service.js';
+import { checkResponses } from '../helpers/openapi.js';
 import { rawRequest, startUpstream } from '../helpers/upstream.js';
+import { endlessResponder } from '../helpers/endless.js';
 import { assertProxyError, CARD, configWithProxies, PROXY_KEY, PROXY_KEY_2, SSN } from '../helpers/proxy.js';
 
 const hdr = (key: string) => ({ 'svc-proxy-key': key });
@@ -24,6 +26,7 @@ t.test('destination down: 502 destination_unreachable, wrapped, no destination s
     },
   ]);
   const s = await startTestService(t, { config: cfg });
+  await checkResponses(s);
   for (const [key, what] of [[PROXY_KEY, 'pass-through'], [PROXY_KEY_2, 'tokenizing']] as const) {
     for (const method of ['GET', 'POST'] as const) {
       const r = await s.call(method, '/proxy/x', { key: null, headers: hdr(key), ...(method === 'POST' ? { body: { ssn: SSN } } : {}) });
@@ -49,6 +52,7 @@ t.test('destination slow: 504 destination_timeout within the proxy timeout', asy
     },
   ]);
   const s = await startTestService(t, { config: cfg });
+  await checkResponses(s);
   for (const [key, what] of [[PROXY_KEY, 'pass-through'], [PROXY_KEY_2, 'tokenizing']] as const) {
     const started = Date.now();
     const r = await s.call('POST', '/proxy/slow', { key: null, headers: hdr(key), body: { ssn: SSN } });
@@ -70,6 +74,7 @@ t.test('destination stalls mid-body: the client never takes a cut-off body as wh
   });
   const cfg = configWithProxies([{ id: 'pass', name: 'pass', key: PROXY_KEY, require_auth: false, timeout_ms: 300, destination_url: `${up.url}/base/` }]);
   const s = await startTestService(t, { config: cfg });
+  await checkResponses(s);
   const u = new URL(s.url);
   const outcome = await new Promise<string>((resolve) => {
     const req = httpRequest({ host: u.hostname, port: u.port, path: '/proxy/x', headers: hdr(PROXY_KEY), agent: false }, (res) => {
@@ -89,19 +94,10 @@ t.test('the caller hangs up mid-response: the destination request is abandoned, 
   const up = await startUpstream(t);
   let destinationClosed: () => void = () => {};
   const closed = new Promise<void>((r) => (destinationClosed = r));
-  up.respond((_r, res) => {
-    res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(64 * 1024 * 1024) });
-    // Writes until the proxy stops reading and then drops the connection.
-    const chunk = Buffer.alloc(64 * 1024, 0x61);
-    const pump = () => {
-      while (!res.destroyed && res.write(chunk));
-    };
-    res.on('drain', pump);
-    res.on('close', () => destinationClosed());
-    pump();
-  });
+  up.respond(endlessResponder(() => destinationClosed()));
   const cfg = configWithProxies([{ id: 'pass', name: 'pass', key: PROXY_KEY, require_auth: false, destination_url: `${up.url}/base/` }]);
   const s = await startTestService(t, { config: cfg });
+  await checkResponses(s);
   const u = new URL(s.url);
   const got = await new Promise<number>((resolve, reject) => {
     const req = httpRequest({ host: u.hostname, port: u.port, path: '/proxy/big', headers: hdr(PROXY_KEY), agent: false }, (res) => {
@@ -146,6 +142,7 @@ t.test('a large response to a slow reader streams with backpressure and arrives 
   });
   const cfg = configWithProxies([{ id: 'pass', name: 'pass', key: PROXY_KEY, require_auth: false, destination_url: `${up.url}/base/` }]);
   const s = await startTestService(t, { config: cfg });
+  await checkResponses(s);
   const u = new URL(s.url);
   let sentWhilePaused = -1;
   const result = await new Promise<{ bytes: number; ok: boolean }>((resolve, reject) => {
@@ -201,6 +198,7 @@ t.test('code transforms that throw, and one that works', async (t) => {
     },
   ]);
   const s = await startTestService(t, { config: cfg });
+  await checkResponses(s);
 
   const deny = await s.call('POST', '/proxy/x', { key: null, headers: hdr('proxy_key_code_deny_0123456789'), body: { a: 1 } });
   assertProxyError(t, deny, 403, 'reactor_error', 'thrown {status: 403}:');
@@ -243,6 +241,7 @@ t.test('4xx and 5xx of the destination pass through untransformed', async (t) =>
     },
   ]);
   const s = await startTestService(t, { config: cfg });
+  await checkResponses(s);
 
   // Control: on a 2xx every response transform applies.
   answer = { status: 201, body: JSON.stringify({ note: 'secret=abc' }) };
@@ -276,6 +275,7 @@ t.test('a field of the wrong shape is 400: nothing forwarded, no token created',
     },
   ]);
   const s = await startTestService(t, { config: cfg });
+  await checkResponses(s);
   const bad: Array<[string, unknown]> = [
     ['a string at a card pointer', { ssn: SSN, card: CARD }],
     ['a Luhn-invalid number', { ssn: SSN, card: { number: '4242424242424241' } }],
@@ -309,6 +309,7 @@ t.test('invalid JSON is 400 and a body over the limit is 413, wrapped', async (t
     { body_limit_bytes: LIMIT },
   );
   const s = await startTestService(t, { config: cfg });
+  await checkResponses(s);
 
   const bad = await s.call('POST', '/proxy/x', { key: null, raw: '{"ssn": "123-45-6789",', headers: { ...hdr(PROXY_KEY), 'content-type': 'application/json' } });
   assertProxyError(t, bad, 400, 'invalid_json', 'invalid JSON:');

@@ -1,5 +1,5 @@
 /**
- * Nothing secret leaves the process (DESIGN §7: assert on the bytes that leave): after a run of
+ * Nothing secret leaves the process (assert on the bytes that leave): after a run of
  * proxy requests carrying a card number, its cvc, an SSN, the proxy key and the API key, with
  * successes and failures (validation error, invalid JSON, 413, 502, 504, leak block, wrong keys,
  * a 4xx of the destination), every response (status line aside: body and headers), every log

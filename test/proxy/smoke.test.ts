@@ -5,6 +5,7 @@
  */
 import t from 'tap';
 import { baseConfig, KEYS, startTestService, TENANT_A } from '../helpers/service.js';
+import { checkResponses } from '../helpers/openapi.js';
 import { startUpstream } from '../helpers/upstream.js';
 
 const PROXY_KEY = 'proxy_key_smoke_0123456789abcdef';
@@ -30,6 +31,7 @@ t.test('tokenize in flight, forward, transform the response', async (t) => {
     },
   ];
   const s = await startTestService(t, { config: cfg });
+  await checkResponses(s);
   const body = { card: { number: CARD, expiration_month: 12, expiration_year: 2030, cvc: '123' }, customer: { ssn: SSN, name: 'Ada' }, amount: 100 };
   const r = await s.call('POST', '/proxy/charges?x=1', { body, headers: { 'svc-proxy-key': PROXY_KEY } });
   t.equal(r.status, 200, r.text);

@@ -7,38 +7,16 @@
  * and one with response transforms only are refused; TRACE and a Transfer-Encoding other than
  * chunked are refused on upgrades as on plain requests.
  */
-import { createServer, request as httpRequest, type IncomingHttpHeaders } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import type { Duplex } from 'node:stream';
 import t from 'tap';
 import { startTestService } from '../helpers/service.js';
+import { startEchoUpstream } from '../helpers/upgrade-upstream.js';
 import { configWithProxies, PROXY_KEY, PROXY_KEY_2, PROXY_KEY_3 } from '../helpers/proxy.js';
 import { addProxy, limitedConfig, tenant } from '../rate-limit-http/helpers.js';
 
 const BLOCK_KEY = 'proxy_key_ws_block_0123456789ab';
 const RESP_KEY = 'proxy_key_ws_resp_0123456789abc';
-
-interface Seen {
-  url: string;
-  headers: IncomingHttpHeaders;
-}
-
-/** An upstream that accepts upgrades at any path and echoes every byte back. */
-async function startEchoUpstream(tap: typeof t): Promise<{ url: string; seen: Seen[] }> {
-  const seen: Seen[] = [];
-  const server = createServer((_req, res) => res.end('plain'));
-  server.on('upgrade', (req, socket: Duplex) => {
-    seen.push({ url: req.url ?? '', headers: req.headers });
-    socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
-    socket.pipe(socket);
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  tap.teardown(() => {
-    server.closeAllConnections();
-    server.close();
-  });
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
-}
 
 type UpgradeResult =
   | { kind: 'upgraded'; socket: Duplex; status: number; headers: IncomingHttpHeaders }

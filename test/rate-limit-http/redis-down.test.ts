@@ -91,6 +91,14 @@ if (redis) {
     };
     const back = await waitServed(cr, probe.keys[0][0]);
     t.equal(back.status, 200, 'reject instance serves again after the restart');
+    // The allow instance reconnects on its own schedule, and until it has, it serves from its
+    // memory counters (which would make the shared count below per instance): poll it until it
+    // logs the recovery, i.e. a check succeeded on Redis again.
+    const recovered = () => allowing.logs().includes('"event":"rate_limit_store_recovered"');
+    for (const deadline = Date.now() + 15_000; !recovered() && Date.now() < deadline; ) {
+      await ca.send('GET', '/tokens', { key: probe.keys[0][0] });
+      await sleep(100);
+    }
 
     // Shared limits again: the two instances together admit exactly 4 of a fresh key's requests.
     const key = after.keys[0][0];
@@ -98,7 +106,7 @@ if (redis) {
     for (let i = 0; i < 8; i++) statuses.push((await (i % 2 ? ca : cr).send('GET', missing(), { key })).status);
     t.same(statuses, [404, 404, 404, 404, 429, 429, 429, 429], 'exactly N across both instances (counted on Redis, not per instance)');
     const keys = await counterKeys();
-    t.ok(keys.some((k) => k.startsWith(`${keyPrefix}private_key:${after.id}:`)), 'the counter is in Redis again');
+    t.ok(keys.some((k) => k.startsWith(`${keyPrefix}private_key:{${after.id}}:`)), 'the counter is in Redis again');
     t.match(allowing.logs(), /"event":"rate_limit_store_recovered"/, 'recovery is logged');
 
     // Nothing from the rejected tokenize requests reached the store.

@@ -220,8 +220,10 @@ t.test('an endless body sent as fast as possible is cut off at the byte bound, a
   t.equal(r.status, 401, 'the client read its 401');
   t.ok(r.sent >= BOUND, `the server read ${BOUND} bytes before cutting off (client wrote ${r.sent})`);
   t.ok(r.sent < BOUND + 64 * 1024 * 1024, `and cut off near the bound (client wrote ${r.sent})`);
-  // The discarded bytes are not kept: far less growth than the 256 MB that went through.
-  t.ok(peak < 64 * 1024 * 1024, `heap + buffers grew by at most ${Math.round(peak / 1024 / 1024)} MB`);
+  // The discarded bytes are not kept: far less growth than the 256 MB that went through. The
+  // client shares this process, and garbage not yet collected counts too (67 MB seen on Node 24
+  // with three files at once): half the volume is the bound that still tells kept from dropped.
+  t.ok(peak < 128 * 1024 * 1024, `heap + buffers grew by at most ${Math.round(peak / 1024 / 1024)} MB`);
 });
 
 t.test('a small unread body is drained and the keep-alive connection stays open', async (t) => {

@@ -6,6 +6,8 @@ import type { Test } from 'tap';
 import { randomUUID } from 'node:crypto';
 import { DuplicateTokenError, StoreUnavailableError, type StoredToken, type TokenFilter, type TokenStore } from '../../src/store/types.js';
 import { InvalidCursorError } from '../../src/store/factory.js';
+import { runIdempotencyContract } from './idempotency-contract.js';
+import { runAuditContract } from './audit-contract.js';
 
 export type MakeStore = (t: Test) => Promise<TokenStore>;
 
@@ -39,6 +41,8 @@ async function dedupeIds(store: TokenStore, records: StoredToken[]): Promise<(st
 }
 
 export function runContract(t: Test, makeStore: MakeStore): void {
+  runIdempotencyContract(t, makeStore, [TENANT_A, TENANT_B]);
+  runAuditContract(t, makeStore);
   t.test('insertMany then get / getMany return the records as written', async (t) => {
     const s = await makeStore(t);
     const card = makeRecord({

@@ -169,7 +169,7 @@ CREATE TABLE data_keys (
 );
 PRAGMA user_version = 1;`;
 
-t.test('a version 1 file, duplicate fingerprints included, migrates to version 2 and deduplicates atomically', async (t) => {
+t.test('a version 1 file, duplicate fingerprints included, migrates to the current version and deduplicates atomically', async (t) => {
   const path = join(tempDir(t), 'tokens.db');
   const old = new Database(path);
   old.pragma('journal_mode = WAL');
@@ -184,8 +184,10 @@ t.test('a version 1 file, duplicate fingerprints included, migrates to version 2
   t.teardown(() => store.close());
   const check = new Database(path, { readonly: true });
   t.teardown(() => check.close());
-  t.equal(check.pragma('user_version', { simple: true }), 2, 'the file is at version 2');
+  t.equal(check.pragma('user_version', { simple: true }), 4, 'the file is at version 4 (idempotency and the audit trail added)');
   t.ok(check.prepare("SELECT 1 FROM sqlite_master WHERE name = 'tokens_dedupe'").get(), 'with the unique index');
+  t.ok(check.prepare("SELECT 1 FROM sqlite_master WHERE name = 'idempotency_keys'").get(), 'with the idempotency table (version 3)');
+  t.ok(check.prepare("SELECT 1 FROM sqlite_master WHERE name = 'audit_events'").get(), 'with the audit trail tables (version 4)');
   t.same(await store.get(TENANT_A, twins[0]!.id), twins[0], 'old records read as before');
   t.same((await store.list(TENANT_A, {}, { size: 10, after: null })).items.map((r) => r.id), [twins[1]!.id, twins[0]!.id]);
   const results = await Promise.all(Array.from({ length: 10 }, () => store.insertMany([makeRecord({ fingerprint: 'fp-twin' })], { dedupe: [true] })));
@@ -196,16 +198,16 @@ t.test('a version 1 file, duplicate fingerprints included, migrates to version 2
   await store.close();
   const again = new EmbeddedStore(path);
   t.teardown(() => again.close());
-  t.equal((await again.list(TENANT_A, {}, { size: 10, after: null })).items.length, 3, 'opening a version 2 file again changes nothing');
+  t.equal((await again.list(TENANT_A, {}, { size: 10, after: null })).items.length, 3, 'opening a version 4 file again changes nothing');
 });
 
 t.test('a file newer than this code is refused, and left as it was', async (t) => {
   const path = join(tempDir(t), 'tokens.db');
   const db = new Database(path);
-  db.pragma('user_version = 3');
+  db.pragma('user_version = 99');
   db.close();
   t.throws(() => new EmbeddedStore(path), { name: 'StoreUnavailableError', message: /cannot open the embedded store/ });
   const check = new Database(path, { readonly: true });
   t.teardown(() => check.close());
-  t.equal(check.pragma('user_version', { simple: true }), 3);
+  t.equal(check.pragma('user_version', { simple: true }), 99);
 });

@@ -75,7 +75,7 @@ if (redis) {
     t.notOk(text.includes('"number"'), 'no card field names');
     t.notOk(dump.includes(cvc), 'no value, field or member is the cvc');
     t.notOk(cvcPattern(cvc).test(text), 'no cvc next to its field name (JSON, form or text)');
-    const pttl = await client.pttl(`${prefix}t:${TENANT_A}:cvc:${encodeURIComponent(record.id)}`);
+    const pttl = await client.pttl(`${prefix}t:{${TENANT_A}}:cvc:${encodeURIComponent(record.id)}`);
     t.ok(pttl > 3_500_000 && pttl <= 3_600_000, 'the cvc key expires at cvc_expires_at by itself');
   });
 
@@ -101,6 +101,7 @@ if (redis) {
     const prefix = `${redis.prefix}layout1:`;
     const client = raw(t);
     const tk = (...parts: string[]) => `${prefix}t:${encodeURIComponent(TENANT_A)}:${parts.map(encodeURIComponent).join(':')}`;
+    const tk3 = (...parts: string[]) => `${prefix}t:{${encodeURIComponent(TENANT_A)}}:${parts.map(encodeURIComponent).join(':')}`;
     // Two tokens as layout 1 wrote them: a hash {r, k, s, e} and the zsets named in k (no ct, dd, containers).
     // md:rec:x (a metadata key "rec") matches SCAN's record pattern too: the migration must skip it.
     const old = [makeRecord({ fingerprint: 'fp-old', id: 'old:1' }), makeRecord({ fingerprint: 'fp-old', container: '/pci/high/', metadata: { rec: 'x' } })];
@@ -111,13 +112,14 @@ if (redis) {
     }
     await client.set(tk('seq'), '2');
     const store = await open(t, prefix);
-    t.equal(await client.hget(`${prefix}meta`, 'version'), '2', 'layout version 2 recorded');
+    t.equal(await client.hget(`${prefix}meta`, 'version'), '3', 'layout version 3 recorded');
     t.same((await store.list(TENANT_A, { scope: [{ prefix: '/general/', allow: true }] }, { size: 10, after: null })).items.map((r) => r.id), [old[0]!.id], 'a scoped list finds the old token');
     t.same((await store.list(TENANT_A, { container: '/pci/' }, { size: 10, after: null })).items.map((r) => r.id), [old[1]!.id]);
     const [hit] = await store.insertMany([makeRecord({ fingerprint: 'fp-old' })], { dedupe: [true] });
     t.equal(hit?.id, old[0]!.id, 'deduplication matches the old token of its container');
-    const zsets = JSON.parse((await client.hget(tk('rec', old[0]!.id), 'k'))!) as string[];
-    t.ok(zsets.includes(tk('ct', '/general/high/')) && zsets.includes(tk('dd', 'token', '/general/high/', 'fp-old')), 'its zset list was rewritten');
+    const zsets = JSON.parse((await client.hget(tk3('rec', old[0]!.id), 'k'))!) as string[];
+    t.ok(zsets.includes(tk3('ct', '/general/high/')) && zsets.includes(tk3('dd', 'token', '/general/high/', 'fp-old')), 'its zset list was rewritten');
+    t.equal(await client.exists(tk('rec', old[0]!.id), tk('all'), tk('seq')), 0, 'no key of the old names is left');
     t.equal(await store.migrate(), 0, 'a second migration has nothing to do');
     await client.hdel(`${prefix}meta`, 'version');
     t.equal(await store.migrate(), 0, 'and is idempotent even when forced');
@@ -151,7 +153,7 @@ if (redis) {
     const started = Date.now();
     const err = await RedisStore.connect({ url: 'redis://127.0.0.1:1', keyPrefix: 'x:' }).then(() => null, (e: unknown) => e);
     t.ok(err instanceof StoreUnavailableError, 'StoreUnavailableError');
-    t.ok(Date.now() - started < 3000, `failed in ${Date.now() - started} ms`);
+    t.ok(Date.now() - started < 6000, `failed in ${Date.now() - started} ms`);
   });
 
   // Last: it kills the shared server.
@@ -165,7 +167,7 @@ if (redis) {
       const err = await op().then(() => null, (e: unknown) => e);
       const took = Date.now() - started;
       t.ok(err instanceof StoreUnavailableError, 'StoreUnavailableError');
-      t.ok(took < 2500, `rejected in ${took} ms`);
+      t.ok(took < 6000, `rejected in ${took} ms`);
       t.notMatch(err instanceof Error ? err.message : '', before.id, 'no values in the message');
     }
     await redis.restart();

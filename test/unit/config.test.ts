@@ -4,6 +4,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildConfig, ConfigError, loadConfigFile } from '../../src/config/load.js';
+import { modelChecks } from '../../src/model/compile.js';
 
 const tenant = (apps: unknown[], extra: Record<string, unknown> = {}) => ({
   tenants: [{ id: '7f1c6b3e-0d2a-4c59-9a4e-3b8d2f6a1c10', name: 'x', applications: apps, ...extra }],
@@ -14,7 +15,7 @@ const app = (extra: Record<string, unknown> = {}) => ({
 
 function problems(raw: unknown): string[] {
   try {
-    buildConfig(raw, { env: {} });
+    buildConfig(raw, { env: {}, checks: modelChecks });
   } catch (e) {
     if (e instanceof ConfigError) return e.problems;
     throw e;
@@ -41,6 +42,13 @@ t.test('several problems are all reported', async (t) => {
   t.ok(p.some((m) => m.startsWith('store.kind:')));
   const p2 = problems(tenant([app({ type: 'public', permissions: ['token:read'] })]));
   t.match(p2[0], /public application may hold only token:create, token:update/);
+});
+
+t.test('metrics.port equal to server.port is refused (also when PORT sets it); another port is accepted', async (t) => {
+  t.same(problems({ server: { port: 8090 }, metrics: { port: 8090 } }), ['metrics.port: must differ from server.port (a separate listener for /metrics); leave it out to serve /metrics on server.port']);
+  t.throws(() => buildConfig({ metrics: { port: 8091 } }, { env: { PORT: '8091' } }), ConfigError);
+  t.equal(buildConfig({ server: { port: 8090 }, metrics: { port: 8091 } }, { env: {} }).metrics.port, 8091);
+  t.equal(buildConfig({ server: { port: 0 }, metrics: { port: 0 } }, { env: {} }).metrics.port, 0, 'both 0: two free ports');
 });
 
 t.test('PORT and HOST override; a bad PORT is refused', async (t) => {
@@ -85,4 +93,14 @@ t.test('proxy tokenize fields: expressions must depend on data, and deduplicate_
   t.notOk(found.some((p) => p.startsWith(`${at}.search_indexes[0]:`)), 'a good index is not named');
   t.match(found.find((p) => p.startsWith(`${at}.deduplicate_token:`)), /not available in a proxy/);
   t.notOk(found.join('\n').includes('4242424242424242'), 'no problem echoes the expression text');
+});
+
+t.test('the checks of other modules join the loader\'s in one ConfigError', async (t) => {
+  const p = problems({
+    server: { trust_proxy: ['not-a-cidr'] },
+    ...tenant([app({ type: 'public', permissions: ['token:read'] })], { custom_rate_limits: { no_such_rule: { points: 1 } } }),
+  });
+  t.ok(p.some((m) => m.startsWith('server.trust_proxy[0]: not an IP address or CIDR')), 'trust_proxy (http/client-ip)');
+  t.ok(p.some((m) => m.startsWith('tenants[0].custom_rate_limits: unknown rate-limit rule')), 'rate-limit rule names (rate-limit/rules)');
+  t.ok(p.some((m) => /public application may hold only/.test(m)), 'and the loader\'s own');
 });

@@ -1,0 +1,158 @@
+/**
+ * Detokenization (README "Detokenization"): resolves the token ids that expressions name
+ * (detokenize/expressions.ts) into the tokens a caller may see, checks every permission before
+ * anything is decrypted, and appends the audit event before it returns anything.
+ *
+ * - Use (the outbound proxy, the proxies' `detokenize` transform, reactor args): `token:use` on
+ *   each token's container through the key's access rules; the whole token in plaintext.
+ * - Read (POST /detokenize): `token:read` on each token's container; the rule's transform
+ *   applies (reveal: plaintext, mask: masked data, redact: 403).
+ * All or nothing: an id that names no live token of the caller's tenant (unknown, expired,
+ * deleted, another tenant's) is 400 unknown_token, a token the key may not use or read is 403,
+ * and either fails the whole request before any value is decrypted, audited or returned.
+ * Errors never name the ids (an "id" may be a card number pasted into an expression).
+ */
+import * as access from '../auth/access.js';
+import type { Principal } from '../auth/keys.js';
+import { ServiceError } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { AuditAction } from '../store/audit.js';
+import { StoreUnavailableError, type StoredToken, type TokenStore } from '../store/types.js';
+import { readRecord } from '../vault/records.js';
+import type { TokenService } from '../vault/service.js';
+import type { DetokenizedToken } from './expressions.js';
+
+export type { DetokenizedToken };
+
+export interface UseAudit {
+  action: 'proxy.outbound' | 'proxy.detokenize' | 'reactor.args';
+  /** The destination's origin (scheme://host[:port]); anything beyond the origin is dropped. */
+  destination?: string;
+  requestId: string;
+}
+
+export interface DetokenizerOptions {
+  now?: () => number;
+  log?: Logger;
+}
+
+/** The origin of a destination URL, or null when there is none or it does not parse. */
+function originOf(destination: string | undefined): string | null {
+  if (destination === undefined) return null;
+  try {
+    const origin = new URL(destination).origin;
+    return origin === 'null' ? null : origin;
+  } catch {
+    return null;
+  }
+}
+
+export class Detokenizer {
+  private readonly now: () => number;
+
+  constructor(
+    private readonly store: TokenStore,
+    private readonly tokens: TokenService,
+    private readonly opts: DetokenizerOptions = {},
+  ) {
+    this.now = opts.now ?? Date.now;
+  }
+
+  /**
+   * The tokens `ids` name, in plaintext, for use inside the service: checks token:use on every
+   * one, then writes the audit event, then returns. Throws (400 unknown_token, 403 forbidden, 503
+   * store_unavailable) before returning anything when any check or the audit write fails.
+   */
+  async resolveForUse(p: Principal, ids: string[], audit: UseAudit): Promise<Map<string, DetokenizedToken>> {
+    const out = new Map<string, DetokenizedToken>();
+    if (ids.length === 0) return out;
+    const records = await this.fetch(p, ids);
+    for (const t of records) {
+      if (access.grant(p.app, 'token:use', t.container) === null) {
+        throw new ServiceError('forbidden', { detail: 'The key lacks token:use on the container of a token named in the request; nothing was sent' });
+      }
+    }
+    for (const t of records) out.set(t.id, await this.view(p, t, 'reveal', true));
+    await this.append(p, audit.action, records.map((t) => t.id), originOf(audit.destination), audit.requestId);
+    return out;
+  }
+
+  /**
+   * The tokens `ids` name as POST /detokenize shows them: token:read on every one, each through
+   * its rule's transform (reveal: plaintext, mask: masked, redact: 403). Audited as
+   * token.detokenize before it returns.
+   */
+  async resolveForRead(p: Principal, ids: string[], ctx: { requestId: string; log?: Logger }): Promise<Map<string, DetokenizedToken>> {
+    const out = new Map<string, DetokenizedToken>();
+    if (ids.length === 0) return out;
+    const records = await this.fetch(p, ids);
+    const transforms = records.map((t) => {
+      const g = access.grant(p.app, 'token:read', t.container);
+      if (g === null || g === 'redact') {
+        throw new ServiceError('forbidden', { detail: 'The key may not read the data of a token named in the request' });
+      }
+      return g;
+    });
+    for (let i = 0; i < records.length; i++) out.set(records[i]!.id, await this.view(p, records[i]!, transforms[i]!, false, ctx.log));
+    await this.append(p, 'token.detokenize', records.map((t) => t.id), null, ctx.requestId);
+    return out;
+  }
+
+  /**
+   * Records the reveals in a token API answer (GET /tokens/{id}, list and search): the records
+   * that carry data under a reveal rule. Nothing when none does.
+   */
+  async auditReads(p: Principal, records: ReadonlyArray<Record<string, unknown>>, requestId: string): Promise<void> {
+    const ids: string[] = [];
+    for (const r of records) {
+      const container = Array.isArray(r.containers) ? r.containers[0] : undefined;
+      if (r.data === undefined || typeof container !== 'string' || typeof r.id !== 'string') continue;
+      if (access.grant(p.app, 'token:read', container) === 'reveal') ids.push(r.id);
+    }
+    if (ids.length > 0) await this.append(p, 'token.reveal', ids, null, requestId);
+  }
+
+  /** Live tokens of the caller's tenant for every id, or 400 unknown_token. */
+  private async fetch(p: Principal, ids: string[]): Promise<StoredToken[]> {
+    const unique = [...new Set(ids)];
+    const found = await this.guard(() => this.store.getMany(p.tenant.id, unique));
+    if (found.length !== unique.length) {
+      const missing = unique.length - found.length;
+      throw new ServiceError('unknown_token', {
+        detail: `${missing} token id(s) in the request name no token of this tenant (unknown, expired or deleted); nothing was done`,
+      });
+    }
+    return found;
+  }
+
+  /**
+   * The token as an expression sees it: the read record for the transform; for a use, a card's
+   * data also carries its cvc while the retention window keeps it.
+   */
+  private async view(p: Principal, t: StoredToken, transform: access.Transform, withCvc: boolean, log?: Logger): Promise<DetokenizedToken> {
+    const plaintext = transform === 'redact' ? null : await this.tokens.plaintext(t);
+    const record = readRecord(t, transform, plaintext, access.showsFingerprint(p.app, t.container), log ?? this.opts.log);
+    const view = { ...record, id: t.id, type: t.type, data: record.data ?? null } as DetokenizedToken;
+    if (withCvc && t.type === 'card' && t.cvc_sealed !== null) {
+      const cvc = await this.tokens.cvc(t);
+      if (cvc !== null && typeof view.data === 'object' && view.data !== null) view.data = { ...(view.data as object), cvc };
+    }
+    return view;
+  }
+
+  private async append(p: Principal, action: AuditAction, ids: string[], destination: string | null, requestId: string): Promise<void> {
+    await this.guard(() => this.store.appendAudit(p.tenant.id, [{
+      tenant_id: p.tenant.id, application_id: p.app.id, action, token_ids: ids, destination, request_id: requestId,
+      created_at: new Date(this.now()).toISOString(),
+    }]));
+  }
+
+  private async guard<T>(fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      if (err instanceof StoreUnavailableError) throw new ServiceError('store_unavailable', { cause: err });
+      throw err;
+    }
+  }
+}

@@ -1,0 +1,184 @@
+/**
+ * The audit trail's chain (README "Audit trail"), shared by both stores and the verifier.
+ *
+ * Every reveal and every use of a token appends one event per tenant: time, application, action,
+ * token ids, destination origin, request id — never a value. Events of a tenant are numbered from
+ * 1 (`seq`) and each carries `prev_hash`, the SHA-256 of the previous event of its tenant (64 zeros
+ * for the first). A store keeps a head per tenant (the last seq and its hash), written in the same
+ * atomic step as the events, so removing, editing or reordering any event, the last one included,
+ * breaks the chain. (Whoever can rewrite every event and the head can forge a new chain; anchor
+ * the head elsewhere, e.g. by logging `verify-audit` output, when that matters.)
+ */
+import { hash } from 'node:crypto';
+
+export type AuditAction = 'token.reveal' | 'token.detokenize' | 'proxy.outbound' | 'proxy.detokenize' | 'reactor.args';
+
+/** What a caller appends. */
+export interface AuditEventInput {
+  tenant_id: string;
+  /** The application whose key asked. */
+  application_id: string;
+  action: AuditAction;
+  token_ids: string[];
+  /** The destination origin of a use (`https://api.example.com`), never a path or query; else null. */
+  destination: string | null;
+  request_id: string;
+  /** ISO 8601. */
+  created_at: string;
+}
+
+/** An event as stored: its place in the tenant's chain and the hash of the one before it. */
+export interface AuditEvent extends AuditEventInput {
+  seq: number;
+  prev_hash: string;
+}
+
+export interface AuditHead {
+  seq: number;
+  hash: string;
+}
+
+export interface AuditFilter {
+  /** Only events naming this token id. */
+  entity_id?: string;
+  /** Inclusive bounds on created_at (ms). */
+  start_ms?: number;
+  end_ms?: number;
+}
+
+export interface AuditPageResult {
+  items: AuditEvent[];
+  next: string | null;
+}
+
+/** Whether an event passes a filter (the stores that filter in code). */
+export function auditMatches(e: AuditEvent, f: AuditFilter): boolean {
+  if (f.entity_id !== undefined && !e.token_ids.includes(f.entity_id)) return false;
+  if (f.start_ms !== undefined || f.end_ms !== undefined) {
+    const t = Date.parse(e.created_at);
+    if (f.start_ms !== undefined && !(t >= f.start_ms)) return false;
+    if (f.end_ms !== undefined && !(t <= f.end_ms)) return false;
+  }
+  return true;
+}
+
+export const GENESIS_HASH = '0'.repeat(64);
+
+/** The bytes an event's hash covers: every field, in a fixed order. */
+export function canonicalEvent(e: AuditEvent): string {
+  return JSON.stringify([e.seq, e.prev_hash, e.tenant_id, e.application_id, e.action, e.token_ids, e.destination, e.request_id, e.created_at]);
+}
+
+export function eventHash(e: AuditEvent): string {
+  return hash('sha256', canonicalEvent(e), 'hex');
+}
+
+/** The events that follow `head` (null: an empty chain), linked, and the new head. */
+export function chain(head: AuditHead | null, inputs: readonly AuditEventInput[]): { events: AuditEvent[]; head: AuditHead } {
+  let seq = head?.seq ?? 0;
+  let prev = head?.hash ?? GENESIS_HASH;
+  const events = inputs.map((i) => {
+    const e: AuditEvent = {
+      seq: ++seq, prev_hash: prev, tenant_id: i.tenant_id, application_id: i.application_id, action: i.action,
+      token_ids: [...i.token_ids], destination: i.destination, request_id: i.request_id, created_at: i.created_at,
+    };
+    prev = eventHash(e);
+    return e;
+  });
+  return { events, head: { seq, hash: prev } };
+}
+
+/** Parses a stored event, or null when it is not one (a corrupted or edited record). */
+export function decodeEvent(json: string): AuditEvent | null {
+  let v: unknown;
+  try {
+    v = JSON.parse(json);
+  } catch {
+    return null;
+  }
+  if (typeof v !== 'object' || v === null) return null;
+  const e = v as Record<string, unknown>;
+  const str = (x: unknown) => typeof x === 'string';
+  if (!Number.isSafeInteger(e.seq) || !str(e.prev_hash) || !str(e.tenant_id) || !str(e.application_id) || !str(e.action)
+    || !Array.isArray(e.token_ids) || !e.token_ids.every(str) || !(e.destination === null || str(e.destination))
+    || !str(e.request_id) || !str(e.created_at)) return null;
+  return e as unknown as AuditEvent;
+}
+
+export function encodeEvent(e: AuditEvent): string {
+  return JSON.stringify(e);
+}
+
+export type ChainCheck =
+  | { ok: true; events: number }
+  | { ok: false; events: number; /** 1-based position of the first bad event in the stored order. */ position: number; reason: string };
+
+/**
+ * Walks a tenant's stored events oldest first (decoded, or null for one that does not parse) and
+ * checks them against each other and the head.
+ */
+export async function verifyChain(events: AsyncIterable<AuditEvent | null>, head: AuditHead | null, tenantId: string): Promise<ChainCheck> {
+  let position = 0;
+  let prev = GENESIS_HASH;
+  for await (const e of events) {
+    position++;
+    if (e === null) return { ok: false, events: position, position, reason: 'the event is not a valid record' };
+    if (e.tenant_id !== tenantId) return { ok: false, events: position, position, reason: 'the event belongs to another tenant' };
+    if (e.seq !== position) return { ok: false, events: position, position, reason: `expected event number ${position}, found ${e.seq} (an event is missing or out of place)` };
+    if (e.prev_hash !== prev) return { ok: false, events: position, position, reason: 'prev_hash does not match the event before it (that event was changed or removed)' };
+    prev = eventHash(e);
+  }
+  const headSeq = head?.seq ?? 0;
+  const headHash = head?.hash ?? GENESIS_HASH;
+  if (headSeq !== position || headHash !== prev) {
+    // Fewer events than the head counts: the first missing one; more: the first beyond the head;
+    // as many: the last one was changed.
+    const at = headSeq > position ? position + 1 : headSeq < position ? headSeq + 1 : position;
+    return { ok: false, events: position, position: Math.max(1, at), reason: 'the chain head does not match the last event (an event was changed or removed at the end)' };
+  }
+  return { ok: true, events: position };
+}
+
+/**
+ * Appends per tenant one batch at a time: calls for the same tenant that arrive while a batch is
+ * being written wait and go together in the next one, so appends from one process never race each
+ * other (a store that also shares the chain with other processes retries on a stale head).
+ */
+export class TenantSerialAppender {
+  readonly #pending = new Map<string, Array<{ input: AuditEventInput[]; resolve: (e: AuditEvent[]) => void; reject: (err: unknown) => void }>>();
+  readonly #busy = new Set<string>();
+
+  constructor(private readonly write: (tenantId: string, inputs: AuditEventInput[]) => Promise<AuditEvent[]>) {}
+
+  append(tenantId: string, inputs: AuditEventInput[]): Promise<AuditEvent[]> {
+    return new Promise((resolve, reject) => {
+      let q = this.#pending.get(tenantId);
+      if (!q) this.#pending.set(tenantId, (q = []));
+      q.push({ input: inputs, resolve, reject });
+      if (!this.#busy.has(tenantId)) void this.#drain(tenantId);
+    });
+  }
+
+  async #drain(tenantId: string): Promise<void> {
+    this.#busy.add(tenantId);
+    try {
+      for (;;) {
+        const batch = this.#pending.get(tenantId);
+        if (!batch || batch.length === 0) break;
+        this.#pending.delete(tenantId);
+        try {
+          const written = await this.write(tenantId, batch.flatMap((b) => b.input));
+          let at = 0;
+          for (const b of batch) {
+            b.resolve(written.slice(at, at + b.input.length));
+            at += b.input.length;
+          }
+        } catch (err) {
+          for (const b of batch) b.reject(err);
+        }
+      }
+    } finally {
+      this.#busy.delete(tenantId);
+    }
+  }
+}

@@ -1,0 +1,30 @@
+/**
+ * The writes the embedded store sends to its writer thread, as types only: embedded-writer.ts
+ * runs them and embedded-wire.ts encodes them, and neither needs the other for these.
+ */
+import type { WrappedDataKey } from './types.js';
+import type { AuditEventInput } from './audit.js';
+import type { IdempotencyOp } from './embedded-idempotency.js';
+
+export type Params = Record<string, string | number | null>;
+
+/** One record as the writer needs it (sent to the writer thread as embedded-wire.ts's encodeRow). */
+export interface WriteRow {
+  tenant_id: string;
+  id: string;
+  index_hashes: string[];
+  metadata: Record<string, string>;
+  /** Insert only: return the oldest live token of the same tenant, type, container and fingerprint instead, if any. */
+  dedupe?: boolean;
+  params: Params;
+}
+
+export type WriteOp =
+  | { op: 'insert'; rows: WriteRow[] }
+  | { op: 'update'; row: WriteRow }
+  | { op: 'delete'; tenant_id: string; id: string }
+  | { op: 'purgeCvc'; now: number }
+  | { op: 'addKey'; key: WrappedDataKey }
+  | IdempotencyOp
+  | { op: 'audit'; tenant_id: string; inputs: AuditEventInput[] };
+

@@ -1,0 +1,83 @@
+/**
+ * The audit-trail part of the TokenStore contract (run from contract.ts against every store).
+ */
+import type { Test } from 'tap';
+import { randomUUID } from 'node:crypto';
+import { eventHash, type AuditEvent, type AuditEventInput } from '../../src/store/audit.js';
+import { checkStoredChain, storedEvents } from '../../src/store/audit-verify.js';
+import type { TokenStore } from '../../src/store/types.js';
+
+export const AUDIT_TENANT = '33333333-3333-4333-8333-333333333333';
+const OTHER_TENANT = '44444444-4444-4444-8444-444444444444';
+
+export function auditInput(over: Partial<AuditEventInput> = {}): AuditEventInput {
+  return {
+    tenant_id: AUDIT_TENANT, application_id: 'app-1', action: 'token.reveal', token_ids: [`tok-${randomUUID()}`],
+    destination: null, request_id: randomUUID(), created_at: new Date().toISOString(), ...over,
+  };
+}
+
+export async function checkChain(store: TokenStore, tenantId: string) {
+  return checkStoredChain(store, tenantId, 7);
+}
+
+export function runAuditContract(t: Test, makeStore: (t: Test) => Promise<TokenStore>): void {
+  t.test('audit: appends are chained per tenant, the head follows, the chain verifies', async (t) => {
+    const s = await makeStore(t);
+    t.equal(await s.auditHead(AUDIT_TENANT), null);
+    t.same(await checkChain(s, AUDIT_TENANT), { ok: true, events: 0 });
+    const first = await s.appendAudit(AUDIT_TENANT, [auditInput(), auditInput({ action: 'proxy.outbound', destination: 'https://api.example.com' })]);
+    const second = await s.appendAudit(AUDIT_TENANT, [auditInput({ token_ids: ['a', 'b'] })]);
+    const all = [...first, ...second];
+    t.same(all.map((e) => e.seq), [1, 2, 3]);
+    t.equal(all[0]!.prev_hash, '0'.repeat(64));
+    t.equal(all[1]!.prev_hash, eventHash(all[0]!));
+    t.equal(all[2]!.prev_hash, eventHash(all[1]!));
+    t.same(await s.auditHead(AUDIT_TENANT), { seq: 3, hash: eventHash(all[2]!) });
+    const stored: Array<AuditEvent | null> = [];
+    for await (const e of storedEvents(s, AUDIT_TENANT, 2)) stored.push(e);
+    t.same(stored, all, 'auditRange pages return the events as written, oldest first');
+    t.same(await checkChain(s, AUDIT_TENANT), { ok: true, events: 3 });
+    t.same(await s.appendAudit(AUDIT_TENANT, []), []);
+    // Another tenant has its own chain.
+    const other = await s.appendAudit(OTHER_TENANT, [auditInput({ tenant_id: OTHER_TENANT })]);
+    t.equal(other[0]!.seq, 1);
+    t.same(await checkChain(s, OTHER_TENANT), { ok: true, events: 1 });
+    t.same((await s.listAudit(OTHER_TENANT, {}, { size: 10, after: null })).items, other);
+  });
+
+  t.test('audit: concurrent appends still form one chain', async (t) => {
+    const s = await makeStore(t);
+    const n = 60;
+    const results = await Promise.all(Array.from({ length: n }, (_, i) => s.appendAudit(AUDIT_TENANT, [auditInput({ request_id: `r${i}` })])));
+    t.same(results.flat().map((e) => e.seq).sort((a, b) => a - b), Array.from({ length: n }, (_, i) => i + 1), 'every seq once');
+    t.same(await checkChain(s, AUDIT_TENANT), { ok: true, events: n });
+  });
+
+  t.test('audit: listAudit is newest first, paged, filtered by token id and time', async (t) => {
+    const s = await makeStore(t);
+    const base = Date.parse('2030-01-01T00:00:00.000Z');
+    const at = (i: number) => new Date(base + i * 60_000).toISOString();
+    for (let i = 0; i < 12; i++) {
+      await s.appendAudit(AUDIT_TENANT, [auditInput({ token_ids: i % 3 === 0 ? ['x', `t${i}`] : [`t${i}`], created_at: at(i) })]);
+    }
+    const seen: number[] = [];
+    let after: string | null = null;
+    do {
+      const page: { items: AuditEvent[]; next: string | null } = await s.listAudit(AUDIT_TENANT, {}, { size: 5, after });
+      t.ok(page.items.length <= 5);
+      seen.push(...page.items.map((e) => e.seq));
+      after = page.next;
+    } while (after !== null);
+    t.same(seen, [12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1]);
+    const x = await s.listAudit(AUDIT_TENANT, { entity_id: 'x' }, { size: 2, after: null });
+    t.same(x.items.map((e) => e.token_ids[1]), ['t9', 't6']);
+    t.not(x.next, null);
+    const x2 = await s.listAudit(AUDIT_TENANT, { entity_id: 'x' }, { size: 2, after: x.next });
+    t.same(x2.items.map((e) => e.token_ids[1]), ['t3', 't0']);
+    t.equal(x2.next, null);
+    const window = await s.listAudit(AUDIT_TENANT, { start_ms: base + 2 * 60_000, end_ms: base + 4 * 60_000 }, { size: 10, after: null });
+    t.same(window.items.map((e) => e.token_ids.at(-1)), ['t4', 't3', 't2'], 'inclusive bounds');
+    t.same((await s.listAudit(AUDIT_TENANT, { entity_id: 'nothing' }, { size: 10, after: null })), { items: [], next: null });
+  });
+}

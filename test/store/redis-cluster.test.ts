@@ -1,0 +1,151 @@
+/**
+ * RedisStore on a real 3-master Redis Cluster: the TokenStore contract (with the audit and
+ * idempotency parts), and tenants spread over the shards while each tenant's lists and searches
+ * work (every key of a tenant shares its hash tag, so every script touches one slot).
+ */
+import t from 'tap';
+import type { Test } from 'tap';
+import { Redis } from 'ioredis';
+import { clusterForFile } from '../helpers/redis-topology.js';
+import { runContract, makeRecord } from './contract.js';
+import { RedisStore } from '../../src/store/redis.js';
+import { createStore } from '../../src/store/factory.js';
+import { StoreUnavailableError, type StoredToken } from '../../src/store/types.js';
+
+const cluster = await clusterForFile(t);
+if (cluster) {
+  let n = 0;
+  const open = async (t: Test, keyPrefix = `${cluster.prefix}${++n}:`): Promise<RedisStore> => {
+    // One seed node: the client discovers the others.
+    const store = await RedisStore.connect({ cluster: { nodes: [cluster.nodes[n % 3]!] }, keyPrefix });
+    t.teardown(() => store.close());
+    return store;
+  };
+
+  runContract(t, (t) => open(t));
+
+  t.test('50 tenants land on all three shards; list and search work per tenant', async (t) => {
+    const prefix = `${cluster.prefix}spread:`;
+    const store = await open(t, prefix);
+    const tenants = Array.from({ length: 50 }, (_, i) => `tenant-${i}`);
+    const written = new Map<string, string[]>();
+    for (const tenant of tenants) {
+      const recs = [makeRecord({ tenant_id: tenant, metadata: { k: tenant } }), makeRecord({ tenant_id: tenant, fingerprint: `fp-${tenant}`, container: '/pci/high/' })];
+      await store.insertMany(recs);
+      written.set(tenant, recs.map((r) => r.id));
+    }
+    const perNode = await Promise.all(cluster.ports.map(async (port) => {
+      const c = new Redis(port, '127.0.0.1', { lazyConnect: true });
+      try {
+        let count = 0;
+        let cursor = '0';
+        do {
+          const [next, keys] = await c.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+          count += keys.length;
+          cursor = next;
+        } while (cursor !== '0');
+        return count;
+      } finally {
+        c.disconnect();
+      }
+    }));
+    t.ok(perNode.every((c) => c > 0), `keys on every master: ${perNode.join(', ')}`);
+    for (const tenant of tenants) {
+      const [plain, card] = written.get(tenant)!;
+      const page = await store.list(tenant, {}, { size: 10, after: null });
+      if (page.items.map((r) => r.id).join() !== [card, plain].join()) t.fail(`list of ${tenant}`);
+      const byMeta = await store.list(tenant, { metadata: { k: tenant } }, { size: 10, after: null });
+      const byFp = await store.list(tenant, { fingerprint: `fp-${tenant}`, scope: [{ prefix: '/pci/', allow: true }] }, { size: 10, after: null });
+      if (byMeta.items.map((r) => r.id).join() !== plain || byFp.items.map((r) => r.id).join() !== card) t.fail(`search of ${tenant}`);
+    }
+    t.pass('every tenant lists and searches its own two tokens');
+  });
+
+  t.test('a batch spanning tenants is refused before anything is written', async (t) => {
+    const store = await open(t);
+    const a = makeRecord({ tenant_id: 'ta' });
+    const err = await store.insertMany([a, makeRecord({ tenant_id: 'tb' })]).then(() => null, (e: unknown) => e);
+    t.match(err, { name: 'TypeError', message: /share a tenant/ });
+    t.equal(await store.get('ta', a.id), null, 'nothing written');
+  });
+
+  t.test('factory builds a Cluster store from the store config', async (t) => {
+    const store = await createStore({ kind: 'redis', path: '', cluster: { nodes: cluster.nodes }, key_prefix: `${cluster.prefix}factory:` });
+    t.teardown(() => store.close());
+    const r = makeRecord();
+    await store.insertMany([r]);
+    t.same(await store.get(r.tenant_id, r.id), r);
+  });
+
+  // Last: it moves a slot between the masters.
+  t.test('a tenant\'s slot migrating to another master: every answer is right or store_unavailable, nothing half-written', async (t) => {
+    const store = await open(t);
+    const tenant = 'mover';
+    const direct = (port: number) => {
+      const c = new Redis(port, '127.0.0.1', { lazyConnect: true });
+      t.teardown(() => c.disconnect());
+      return c;
+    };
+    const nodes = cluster.ports.map(direct);
+    const kept: StoredToken[] = [];
+    for (let i = 0; i < 20; i++) kept.push(makeRecord({ tenant_id: tenant, fingerprint: `fp-${i % 5}`, metadata: { i: String(i) } }));
+    for (let i = 0; i < 20; i += 5) await store.insertMany(kept.slice(i, i + 5));
+    const slot = Number(await nodes[0]!.cluster('KEYSLOT', `x{${tenant}}`));
+    const ids = await Promise.all(nodes.map((c) => c.cluster('MYID') as Promise<string>));
+    const owns = await Promise.all(nodes.map(async (c) => Number(await c.cluster('COUNTKEYSINSLOT', slot)) > 0));
+    const from = owns.indexOf(true);
+    const to = (from + 1) % 3;
+    t.ok(from >= 0, `slot ${slot} is on master ${from}, moving to ${to}`);
+    await nodes[to]!.cluster('SETSLOT', slot, 'IMPORTING', ids[from]!);
+    await nodes[from]!.cluster('SETSLOT', slot, 'MIGRATING', ids[to]!);
+    const keys = (await nodes[from]!.cluster('GETKEYSINSLOT', slot, 1000)) as string[];
+    t.ok(keys.length > 20, `${keys.length} keys in the slot`);
+    // Half of them move: the slot is split between two masters, as in a resharding's middle.
+    await nodes[from]!.call('MIGRATE', '127.0.0.1', String(cluster.ports[to]), '', '0', '5000', 'KEYS', ...keys.slice(0, keys.length / 2));
+
+    const wrong: string[] = [];
+    const unavailable: string[] = [];
+    const attempt = async <T>(what: string, op: () => Promise<T>, right: (v: T) => boolean): Promise<T | undefined> => {
+      try {
+        const v = await op();
+        if (!right(v)) wrong.push(what);
+        return v;
+      } catch (err) {
+        if (err instanceof StoreUnavailableError) unavailable.push(what.split(' ')[0]!);
+        else wrong.push(`${what}: ${String(err)}`);
+        return undefined;
+      }
+    };
+    const added: StoredToken[] = [];
+    const deleted = new Set<string>();
+    for (let round = 0; round < 3; round++) {
+      for (const r of kept) await attempt(`get ${r.id}`, () => store.get(tenant, r.id), (v) => deleted.has(r.id) ? v === null : JSON.stringify(v) === JSON.stringify(r));
+      await attempt('list by metadata', () => store.list(tenant, { metadata: { i: '3' } }, { size: 10, after: null }), (p) => p.items.map((x) => x.id).join() === kept[3]!.id);
+      const fresh = makeRecord({ tenant_id: tenant });
+      if (await attempt('insert', () => store.insertMany([fresh]), (v) => v.length === 1 && v[0] === null)) added.push(fresh);
+      await attempt('deduplicating insert', () => store.insertMany([makeRecord({ tenant_id: tenant, fingerprint: 'fp-1' })], { dedupe: [true] }),
+        (v) => v[0]?.id === kept[1]!.id);
+      const changed = { ...kept[round]!, metadata: { i: `changed-${round}` } };
+      if (await attempt('update', () => store.update(changed), (v) => v === true)) kept[round] = changed;
+      const victim = kept[10 + round]!;
+      if (await attempt('delete', () => store.delete(tenant, victim.id), (v) => v === true)) deleted.add(victim.id);
+    }
+    t.same(wrong, [], `no wrong answer during the migration (store_unavailable: ${unavailable.join(', ') || 'none'})`);
+
+    const rest = (await nodes[from]!.cluster('GETKEYSINSLOT', slot, 1000)) as string[];
+    if (rest.length > 0) await nodes[from]!.call('MIGRATE', '127.0.0.1', String(cluster.ports[to]), '', '0', '5000', 'KEYS', ...rest);
+    for (const c of nodes) await c.cluster('SETSLOT', slot, 'NODE', ids[to]!);
+
+    // Afterwards: whatever was answered as written is there with all its indexes, nothing else.
+    const live = [...kept.filter((r) => !deleted.has(r.id)), ...added];
+    const listed = await store.list(tenant, {}, { size: 100, after: null });
+    t.same(listed.items.map((r) => r.id).sort(), live.map((r) => r.id).sort(), 'the list holds exactly the tokens answered as written');
+    for (const r of live) {
+      const byMeta = await store.list(tenant, { metadata: r.metadata }, { size: 10, after: null });
+      if (!byMeta.items.some((x) => x.id === r.id)) t.fail(`${r.id} missing from its metadata index`);
+    }
+    t.equal((await store.insertMany([makeRecord({ tenant_id: tenant, fingerprint: 'fp-1' })], { dedupe: [true] }))[0]?.id, kept[1]!.id, 'dedupe after the move');
+    t.equal(Number(await nodes[from]!.cluster('COUNTKEYSINSLOT', slot)), 0, 'nothing of the slot is left on the old master');
+    t.ok(Number(await nodes[to]!.cluster('COUNTKEYSINSLOT', slot)) > 20, 'the slot lives on the new master');
+  });
+}

@@ -1,0 +1,110 @@
+/**
+ * The import graph of src/ (issue 13): no cycle, and src/config/ is a leaf that imports nothing
+ * from the rest of src/ (so the config can be loaded and checked without the service's modules).
+ * Imports are read with the TypeScript compiler's own parser: static `import` and `export … from`
+ * (type-only ones too: a type cycle is still a design cycle) and `import('literal')`.
+ */
+import t from 'tap';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import ts from 'typescript';
+
+const SRC = resolve('src');
+
+function sourceFiles(dir: string): string[] {
+  return readdirSync(dir).flatMap((name) => {
+    const path = join(dir, name);
+    if (statSync(path).isDirectory()) return sourceFiles(path);
+    return name.endsWith('.ts') && !name.endsWith('.d.ts') ? [path] : [];
+  });
+}
+
+/** The module specifiers a file imports. */
+export function specifiers(file: string, text: string): string[] {
+  const out: string[] = [];
+  const sf = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true);
+  const visit = (node: ts.Node): void => {
+    if ((ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) && node.moduleSpecifier && ts.isStringLiteral(node.moduleSpecifier)) {
+      out.push(node.moduleSpecifier.text);
+    } else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword && node.arguments[0] && ts.isStringLiteralLike(node.arguments[0])) {
+      out.push(node.arguments[0].text);
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(sf);
+  return out;
+}
+
+/** `./x.js` from src/a/b.ts → src/a/x.ts (relative specifiers only; packages are not ours). */
+function resolveSpecifier(from: string, spec: string): string | null {
+  if (!spec.startsWith('.')) return null;
+  return resolve(dirname(from), spec).replace(/\.js$/, '.ts');
+}
+
+function graph(): Map<string, string[]> {
+  const g = new Map<string, string[]>();
+  for (const file of sourceFiles(SRC)) {
+    const deps = specifiers(file, readFileSync(file, 'utf8'))
+      .map((s) => resolveSpecifier(file, s))
+      .filter((d): d is string => d !== null);
+    g.set(rel(file), deps.map(rel));
+  }
+  return g;
+}
+
+const rel = (p: string) => relative(SRC, p).split('\\').join('/');
+
+/** Every cycle found by a depth-first walk, each as the path that closes it. */
+function cycles(g: Map<string, string[]>): string[][] {
+  const found: string[][] = [];
+  const state = new Map<string, 'open' | 'done'>();
+  const stack: string[] = [];
+  const walk = (n: string): void => {
+    state.set(n, 'open');
+    stack.push(n);
+    for (const d of g.get(n) ?? []) {
+      if (state.get(d) === 'open') found.push([...stack.slice(stack.indexOf(d)), d]);
+      else if (!state.has(d)) walk(d);
+    }
+    stack.pop();
+    state.set(n, 'done');
+  };
+  for (const n of [...g.keys()].sort()) if (!state.has(n)) walk(n);
+  return found;
+}
+
+t.test('the parser sees every kind of import', async (t) => {
+  const text = [
+    "import a from './a.js';",
+    "import type { B } from './b.js';",
+    "export { c } from './c.js';",
+    "export * from './d.js';",
+    "const e = await import('./e.js');",
+    "const f = 'import(\"./not-an-import.js\")';",
+  ].join('\n');
+  t.same(specifiers('x.ts', text), ['./a.js', './b.js', './c.js', './d.js', './e.js']);
+});
+
+t.test('the cycle finder finds a cycle', async (t) => {
+  const g = new Map([['a', ['b']], ['b', ['c']], ['c', ['a']], ['d', ['a']]]);
+  t.same(cycles(g), [['a', 'b', 'c', 'a']]);
+  t.same(cycles(new Map([['a', ['b']], ['b', []]])), []);
+});
+
+t.test('src/ has no import cycle', async (t) => {
+  const g = graph();
+  t.ok(g.size > 50, 'the graph holds the source files');
+  const found = cycles(g).map((c) => c.join(' → '));
+  t.same(found, [], found.join('\n'));
+});
+
+t.test('src/config/ imports nothing outside src/config/', async (t) => {
+  const g = graph();
+  const outside: string[] = [];
+  for (const [file, deps] of g) {
+    if (!file.startsWith('config/')) continue;
+    t.ok(true, file);
+    for (const d of deps) if (!d.startsWith('config/')) outside.push(`${file} → ${d}`);
+  }
+  t.same(outside, [], outside.join('\n'));
+});
