@@ -87,7 +87,7 @@ export function tokensSuite(t: Test, options: (t: Test) => Promise<StartTestOpti
     const p = await s.call('PATCH', `/tokens/${c.body.id}`, { body: { data: { cvc: '4321' } }, headers: merge });
     t.equal(p.status, 200);
     t.same(p.body.data, { number: VISA, expiration_month: 7, expiration_year: 2031 }, 'the rest of the card is unchanged');
-    t.notOk(p.text.includes('4321') || p.text.includes('"cvc"'), 'the cvc is not in the answer');
+    t.notOk(JSON.stringify({ ...p.body, id: null, fingerprint: null }).includes('4321') || p.text.includes('"cvc"'), 'the cvc is not in the answer (the random id and hex fingerprint aside, which can hold 4321 by chance)');
     t.equal(await cvcOf(c.body.id), '4321', 'the new cvc replaced the old one');
     t.equal((await s.call('PATCH', `/tokens/${c.body.id}`, { body: { metadata: { m: '1' } }, headers: merge })).status, 200);
     t.equal(await cvcOf(c.body.id), '4321', 'a patch without cvc or number keeps it');
