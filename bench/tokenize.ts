@@ -1,44 +1,64 @@
 /**
- * POST /tokenize throughput, as ratios against baselines measured in the same run:
+ * POST /tokenize throughput, as ratios against the two baselines issue 12's targets name, both
+ * measured in the same run:
  *
- *   1. the single-core crypto limit: what one token costs in crypto (KeyRing.seal of a card's
- *      JSON with AES-256-GCM + one HMAC fingerprint), in-process, tokens/s;
- *   2. /tokenize with 100-token bodies (cards and strings) on the embedded store and on Redis,
- *      tokens/s as a ratio to (1) (target >= 0.5x);
- *   3. single-token /tokenize (one card definition) on both stores, req/s as a ratio to a bare
- *      node:http server answering a constant body of the same size (target >= 0.3x);
- *   4. the same single-token rows on tokenproxy run as its own process (the CLI) with
- *      `server.workers: 1` and `2`, at log level warn and info (info: an access line a request,
- *      which with 2 workers goes through the primary), and the ratio 2 vs 1 (no target: the
- *      machine's cores are shared with the load generator). --no-workers skips them.
+ *   the ceiling        bare node:http answering a constant body as long as tokenproxy's answer to
+ *                      one string (lib/reference-server.mjs `constant`: plain Node, no loader, a
+ *                      process of its own), after reading the request body;
+ *   the crypto limit   what one token costs in crypto on one core: KeyRing.seal of the string's
+ *                      JSON (AES-256-GCM) + one HMAC fingerprint + one crypto.randomUUID, in a loop
+ *                      in this process, tokens/s.
+ *
+ * The rows (tokenproxy built, `dist/main.js`, as `npm start` runs it, in a process of its own per
+ * store: lib/tokenproxy-process.ts, dist/ rebuilt first when src/ is newer; log level warn, rate
+ * limits off, metrics on; the embedded store in a fresh directory under --data-dir, Redis under a
+ * key prefix unique to the run):
+ *
+ *   /tokenize, one string          body `"customer-1-value"`, 64 connections, embedded and Redis:
+ *                                  req/s as a ratio to the ceiling (target >= 0.3x);
+ *   /tokenize, 100 strings         body a JSON array of 100 plain strings, 16 connections, embedded
+ *                                  and Redis: tokens/s as a ratio to the crypto limit (target >= 0.5x);
+ *   /tokenize, one card definition embedded only, informative (no target);
+ *   server.workers 1 and 2         the one-string body on tokenproxy started with `server.workers: 1`
+ *                                  and `2`, at log level warn and info (info: an access line a
+ *                                  request, which with 2 workers goes through the primary), a
+ *                                  process each, and the ratio 2 vs 1 (no target: the machine's
+ *                                  cores are shared with the load generator). --no-workers skips them.
  *
  *   npm run bench -- tokenize [--rounds 3] [--duration 3000] [--warmup 500] [--connections 64]
- *                             [--bulk-connections 16] [--crypto-ms 2000]
- *                             [--load process|worker|inline] [--no-redis]
+ *                             [--bulk-connections 16] [--crypto-ms 2000] [--data-dir DIR]
+ *                             [--load wrk|process|worker|inline] [--no-install] [--no-redis] [--no-workers]
  *
- * All servers (tokenproxy on each store, the bare server) run in this process; the load generator
- * (lib/load.ts) runs in a child process by default, so it has its own event loop and this
- * process's CPU time is the servers' alone ("srv cpu"). Everything shares the machine's cores with
- * redis-server and whatever else runs, so each row is measured in several interleaved rounds and
- * the median is printed with its range. Results also go to bench/results/tokenize.json. Speed is
- * reported, never asserted: the exit code is non-zero only when a response was not 200.
+ * The load generator is wrk (lib/wrk.ts, 1 thread; the Node generator with --load). Ratios are
+ * paired by round: each row against its reference measured in the same round (the crypto loop runs
+ * at the start of every round, with no load), median over rounds; the rows run in interleaved
+ * rounds, the order reversed every other round. CPU µs per request (per token in the 100-string
+ * rows): the CPU time of the row's server process and its descendants (a cluster's workers; the
+ * embedded store's writer thread is in its process's figure) read from /proc over the row's
+ * windows (warm-up + measurement), per request served; redis-server's CPU is not in the Redis
+ * rows' figure. wrk, redis-server and every server share the machine's cores. Results also go to
+ * bench/results/tokenize.json. Speed is reported, never asserted: the exit code is non-zero only
+ * when a response was not 2xx (such a row is INVALID).
+ *
+ * TOKENPROXY_BENCH_METRICS=off runs tokenproxy without the Prometheus registry;
+ * TOKENPROXY_BENCH_CPU_PROF=DIR profiles the tokenproxy processes (lib/tokenproxy-process.ts).
  */
-import { randomBytes } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { loadavg } from 'node:os';
-import { dirname, join } from 'node:path';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { mkdirSync, readFileSync, statfsSync, writeFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
 import { KeyRing } from '../src/crypto/keyring.js';
 import { createStore } from '../src/store/factory.js';
-import { startBareServer, type BareServer } from './lib/bare.js';
-import { startCliService } from './lib/cli-service.js';
 import { runLoad, startLoadRunner, type LoadOptions, type LoadResult, type LoadRunner } from './lib/load.js';
-import { startBenchRunner } from './lib/wrk.js';
+import { CLK_TCK, processTable, treeTicks } from './lib/procs.js';
 import { startBenchRedis, type BenchRedis } from './lib/redis.js';
 import { machine, num, ratio, table } from './lib/report.js';
-import { BENCH_KEY, BENCH_TENANT, startBenchService, type BenchService } from './lib/service.js';
+import { BENCH_KEY, BENCH_TENANT, benchConfig } from './lib/service.js';
+import { ensureBuilt, startReferenceServer, startTokenproxyProcess, type RedisStoreChoice, type TokenproxyProcess } from './lib/tokenproxy-process.js';
+import { startBenchRunner } from './lib/wrk.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -48,6 +68,7 @@ const { values: args } = parseArgs({
     connections: { type: 'string', default: '64' },
     'bulk-connections': { type: 'string', default: '16' },
     'crypto-ms': { type: 'string', default: '2000' },
+    'data-dir': { type: 'string' },
     load: { type: 'string', default: 'wrk' },
     'no-install': { type: 'boolean', default: false },
     'no-redis': { type: 'boolean', default: false },
@@ -60,6 +81,8 @@ const WARMUP_MS = Number(args.warmup);
 const SINGLE_CONNECTIONS = Number(args.connections);
 const BULK_CONNECTIONS = Number(args['bulk-connections']);
 const CRYPTO_MS = Number(args['crypto-ms']);
+/** The token store's parent directory: the normal disk by default (os.tmpdir()), not tmpfs. */
+const DATA_ROOT = resolve(args['data-dir'] ?? tmpdir());
 const LOAD_MODES = ['wrk', 'process', 'worker', 'inline'] as const;
 const isLoadMode = (v: string): v is (typeof LOAD_MODES)[number] => (LOAD_MODES as readonly string[]).includes(v);
 if (!isLoadMode(args.load)) throw new Error('--load must be wrk, process, worker or inline');
@@ -67,14 +90,13 @@ const LOAD_MODE = args.load;
 const BULK_TARGET = 0.5;
 const SINGLE_TARGET = 0.3;
 
-// Luhn-valid test numbers of several brands and lengths.
-const NUMBERS = ['4242424242424242', '5555555555554444', '378282246310005', '6011111111111117', '3056930009020004', '4000056655665556'];
-const cardDef = (i: number) => ({ type: 'card', data: { number: NUMBERS[i % NUMBERS.length], expiration_month: (i % 12) + 1, expiration_year: 2030, cvc: '123' } });
-/** 100 tokens: 50 card definitions (with cvc) and 50 plain strings, interleaved. */
-const BULK_CARDS = 50;
-const BULK_STRINGS = 50;
-const BULK_BODY = JSON.stringify(Array.from({ length: 100 }, (_, i) => (i % 2 === 0 ? cardDef(i) : `customer-${i}-value`)));
-const SINGLE_BODY = JSON.stringify(cardDef(0));
+/** Issue 12's single-token body: one JSON string. */
+const ONE_STRING = 'customer-1-value';
+const ONE_STRING_BODY = JSON.stringify(ONE_STRING);
+/** Issue 12's 100-token body: a JSON array of 100 plain strings. */
+const STRINGS_BODY = JSON.stringify(Array.from({ length: 100 }, (_, i) => `customer-${i}-value`));
+/** The informative row: one card definition (a Luhn-valid test number, with a cvc). */
+const CARD_BODY = JSON.stringify({ type: 'card', data: { number: '4242424242424242', expiration_month: 1, expiration_year: 2030, cvc: '123' } });
 const HEADERS = { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY };
 
 const median = (xs: number[]) => {
@@ -83,7 +105,16 @@ const median = (xs: number[]) => {
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 };
 
-// ---- 1. the crypto limit ----------------------------------------------------------------------
+const TMPFS_MAGIC = 0x01021994;
+function isTmpfs(path: string): boolean {
+  try {
+    return statfsSync(path).type === TMPFS_MAGIC;
+  } catch {
+    return false;
+  }
+}
+
+// ---- the crypto limit -------------------------------------------------------------------------
 
 interface CryptoSample {
   tokensPerSec: number;
@@ -91,8 +122,8 @@ interface CryptoSample {
   cpuUsPerToken: number;
 }
 
-/** Calls `op` (one call = `tokensPerOp` tokens) for about `ms` on this thread. */
-function timeLoop(ms: number, tokensPerOp: number, op: () => void): CryptoSample {
+/** Calls `op` (one call = one token) for about `ms` on this thread. */
+function timeLoop(ms: number, op: () => void): CryptoSample {
   for (let i = 0; i < 500; i++) op(); // JIT and the per-tenant key cache
   let ops = 0;
   const cpu0 = process.cpuUsage();
@@ -105,61 +136,57 @@ function timeLoop(ms: number, tokensPerOp: number, op: () => void): CryptoSample
     now = performance.now();
   }
   const cpu = process.cpuUsage(cpu0);
-  const tokens = ops * tokensPerOp;
-  return { tokensPerSec: (tokens / (now - start)) * 1000, cpuUsPerToken: (cpu.user + cpu.system) / tokens };
+  return { tokensPerSec: (ops / (now - start)) * 1000, cpuUsPerToken: (cpu.user + cpu.system) / ops };
 }
 
-type CryptoBench = () => { limit: CryptoSample; bulkMix: CryptoSample };
-
-async function cryptoBench(store: Awaited<ReturnType<typeof createStore>>): Promise<CryptoBench> {
+/** What the vault does in crypto for one plain string: a fresh id, the seal of its JSON (AAD tenant:id), one HMAC fingerprint. */
+async function cryptoBench(store: Awaited<ReturnType<typeof createStore>>): Promise<() => CryptoSample> {
   const ring = await KeyRing.open(randomBytes(32), store);
-  const aad = `${BENCH_TENANT}:3f0c9a52-8d7e-4b1a-9c2d-5e6f7a8b9c0d`;
-  const card = { number: NUMBERS[0], expiration_month: 12, expiration_year: 2030 };
-  const cardJson = JSON.stringify(card); // what the vault seals: the card without its cvc
-  const strJson = JSON.stringify('customer-1-value');
   let sink = 0;
   const perRound = CRYPTO_MS / ROUNDS;
   return () => {
-    const limit = timeLoop(perRound, 1, () => {
-      sink += ring.seal(cardJson, aad).length + ring.fingerprint(BENCH_TENANT, 'card', card.number).length;
-    });
-    // For comparison: the crypto the vault does for the 100-token body (a card seals its data and
-    // its cvc and takes a fingerprint; a plain string seals its value only).
-    const bulkMix = timeLoop(perRound / 2, 100, () => {
-      for (let i = 0; i < BULK_CARDS; i++) {
-        sink += ring.seal(cardJson, aad).length + ring.seal('123', `${aad}:cvc`).length + ring.fingerprint(BENCH_TENANT, 'card', card.number).length;
-      }
-      for (let i = 0; i < BULK_STRINGS; i++) sink += ring.seal(strJson, aad).length;
+    const sample = timeLoop(perRound, () => {
+      const id = randomUUID();
+      sink += ring.seal(ONE_STRING_BODY, `${BENCH_TENANT}:${id}`).length + ring.fingerprint(BENCH_TENANT, 'token', ONE_STRING).length;
     });
     if (sink < 0) throw new Error('unreachable');
-    return { limit, bulkMix };
+    return sample;
   };
 }
 
-// ---- 2 and 3: HTTP rows -----------------------------------------------------------------------
+// ---- HTTP rows --------------------------------------------------------------------------------
 
-interface RoundResult extends LoadResult {
-  /** This process's CPU (the servers', when the load runs in a child process) per request, µs. */
-  srvCpuUsPerRequest: number;
-  /** This process's CPU time / wall time during the run: 1.0 = one core busy. */
-  srvCoreBusy: number;
+interface Measured extends LoadResult {
+  /** CPU µs per request of the row's server process and its descendants (NaN: unknown). */
+  cpuUsPerRequest: number;
+  /** That CPU time / wall time: 1.00 = one core busy. */
+  cores: number;
+  /** CPU used by processes outside this benchmark's process tree, in cores (NaN: unknown). */
+  otherCores: number;
 }
 
-interface RowSpec {
+type Target = 'ceiling' | 'crypto' | null;
+
+interface Row {
   name: string;
   store: string;
   tokensPerRequest: number;
+  /** The process serving the row (its descendants count too), for CPU figures. */
+  pid: number;
   opts: LoadOptions;
-  rounds: RoundResult[];
-  /** A `server.workers` row (4.): compared with its pair, no target of its own. */
-  workers?: { n: number; logLevel: string; problems: () => string[] };
+  target: Target;
+  rounds: Measured[];
+  /** A `server.workers` row: compared with its pair, no target of its own. */
+  workers?: { n: number; logLevel: string };
+  /** The service's warn/error log lines (to explain a row with errors). */
+  problems?: () => string[];
 }
 
-/** One request outside the measurement: proves the route answers 200 with the expected shape. */
+/** One request outside the measurement: proves the route answers 2xx with the expected shape. */
 async function probe(url: string, body: string, expectTokens: number): Promise<Buffer> {
   const res = await request(`${url}/tokenize`, { method: 'POST', headers: HEADERS, body });
   const buf = Buffer.from(await res.body.arrayBuffer());
-  if (res.statusCode !== 200) throw new Error(`probe: /tokenize answered ${res.statusCode}: ${buf.toString('utf8').slice(0, 300)}`);
+  if (res.statusCode !== 200) throw new Error(`probe: ${url}/tokenize answered ${res.statusCode}: ${buf.toString('utf8').slice(0, 300)}`);
   const parsed: unknown = JSON.parse(buf.toString('utf8'));
   const n = Array.isArray(parsed) ? parsed.length : 1;
   if (n !== expectTokens) throw new Error(`probe: expected ${expectTokens} tokens, got ${n}`);
@@ -170,16 +197,37 @@ function loadOpts(url: string, body: string, connections: number): LoadOptions {
   return { url, method: 'POST', headers: HEADERS, body, connections, durationMs: DURATION_MS, warmupMs: WARMUP_MS };
 }
 
-async function measure(runner: LoadRunner | null, opts: LoadOptions): Promise<RoundResult> {
-  const cpu0 = process.cpuUsage();
+/**
+ * CPU ticks of the whole machine (all busy time, all cores) and of this process with all its
+ * descendants (load generator, redis-server, the servers under test) plus the kernel's threads:
+ * their difference over a window is what other user processes used. Null without /proc.
+ */
+function cpuTicks(): { machine: number; ours: number; procs: ReturnType<typeof processTable> } | null {
+  try {
+    const [user, nice, system, , , irq, softirq] = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1, 8).map(Number);
+    const procs = processTable();
+    return { machine: user + nice + system + irq + softirq, ours: treeTicks(process.pid, procs) + treeTicks(2, procs), procs };
+  } catch {
+    return null;
+  }
+}
+
+async function measure(runner: LoadRunner | null, row: Row): Promise<Measured> {
+  const c0 = cpuTicks();
   const t0 = performance.now();
-  const r = runner ? await runner.run(opts) : await runLoad(opts);
-  const wallUs = (performance.now() - t0) * 1000;
-  const cpu = process.cpuUsage(cpu0);
-  const cpuUs = cpu.user + cpu.system;
-  // wrk and the Node child process keep the generator's CPU out of this process's figures.
-  const own = runner?.kind === 'process' || runner?.kind === 'wrk';
-  return { ...r, srvCpuUsPerRequest: own ? cpuUs / (r.requests + r.warmupRequests) : NaN, srvCoreBusy: own ? cpuUs / wallUs : NaN };
+  const r = runner ? await runner.run(row.opts) : await runLoad(row.opts);
+  const c1 = cpuTicks();
+  const seconds = (performance.now() - t0) / 1000;
+  // The CPU window covers warm-up and measurement: divided by every request of both.
+  const served = r.requests + r.warmupRequests;
+  const ticks = c0 && c1 ? treeTicks(row.pid, c1.procs) - treeTicks(row.pid, c0.procs) : NaN;
+  const cpuSeconds = ticks / CLK_TCK;
+  return {
+    ...r,
+    cpuUsPerRequest: served > 0 ? (cpuSeconds * 1e6) / served : NaN,
+    cores: cpuSeconds / seconds,
+    otherCores: c0 && c1 ? Math.max(0, c1.machine - c0.machine - (c1.ours - c0.ours)) / CLK_TCK / seconds : NaN,
+  };
 }
 
 // ---- main -------------------------------------------------------------------------------------
@@ -187,32 +235,42 @@ async function measure(runner: LoadRunner | null, opts: LoadOptions): Promise<Ro
 async function main(): Promise<number> {
   const started = performance.now();
   const env = machine();
-  const load0 = loadavg()[0];
+  const load0 = loadavg();
+  const log = (line: string) => console.log(line);
   const loadLabel = {
     wrk: 'wrk (C, its own process; falls back to the Node child process when wrk cannot be had)',
-    process: 'child process (own event loop; this process\'s CPU = the servers\')',
-    worker: 'worker thread (own event loop, same process; no server CPU figure)',
-    inline: 'in-thread (shares the servers\' event loop; no server CPU figure)',
+    process: 'the Node generator (lib/load.ts) in a child process',
+    worker: 'the Node generator in a worker thread of this process',
+    inline: 'the Node generator on this process\'s main thread',
   }[LOAD_MODE];
-  console.log(`tokenize benchmark: node ${env.node}, ${env.cores} x ${env.cpu}, load average ${load0.toFixed(2)} at start`);
-  console.log(`load generator: ${loadLabel}`);
-  console.log(`each row: ${ROUNDS} interleaved rounds of ${WARMUP_MS} ms warm-up + ${DURATION_MS} ms; medians shown, [min-max] of req/s beside`);
-  console.log(`100-token body: ${BULK_CARDS} card definitions (with cvc) + ${BULK_STRINGS} strings, ${BULK_BODY.length} B; single-token body: one card definition, ${SINGLE_BODY.length} B\n`);
+  log(`tokenize benchmark: node ${env.node}, ${env.cores} x ${env.cpu}, load average ${load0.map((l) => l.toFixed(2)).join(' ')} at start`);
+  log(`tokenproxy: built (dist/main.js), a process of its own per store and per workers setting; log warn, rate limits off, ${process.env.TOKENPROXY_BENCH_METRICS === 'off' ? 'metrics OFF' : 'metrics on'}`);
+  log(`load generator: ${loadLabel}`);
+  log(`each row: ${ROUNDS} interleaved rounds of ${WARMUP_MS} ms warm-up + ${DURATION_MS} ms; medians shown, [min-max] of req/s beside`);
+  log(`bodies: one string ${ONE_STRING_BODY} (${ONE_STRING_BODY.length} B, ${SINGLE_CONNECTIONS} connections); 100 strings, a JSON array of "customer-<i>-value" (${STRINGS_BODY.length} B, ${BULK_CONNECTIONS} connections); one card definition with cvc (${CARD_BODY.length} B, ${SINGLE_CONNECTIONS} connections)\n`);
 
   const cleanups: Array<() => Promise<void>> = [];
-  const rows: RowSpec[] = [];
+  const rows: Row[] = [];
   let redis: BenchRedis | null = null;
   let redisNote = '';
-  const cryptoSamples: Array<ReturnType<CryptoBench>> = [];
+  let storeNote = '';
+  let ceilingBytes = 0;
+  const cryptoSamples: CryptoSample[] = [];
+  const start = async (name: string, logLevel: string, workers: number, store?: RedisStoreChoice): Promise<TokenproxyProcess> => {
+    const tp = await startTokenproxyProcess(benchConfig(), { dataRoot: DATA_ROOT, logLevel, workers, name, store });
+    cleanups.push(() => tp.close());
+    return tp;
+  };
   try {
+    ensureBuilt(log);
     const keyStore = await createStore({ kind: 'embedded', path: ':memory:', url: '', key_prefix: '' });
     cleanups.push(() => keyStore.close());
     const crypto = await cryptoBench(keyStore);
 
-    const services: BenchService[] = [];
-    const embedded = await startBenchService({ kind: 'embedded' });
-    cleanups.push(() => embedded.stop());
-    services.push(embedded);
+    const services: Array<{ tp: TokenproxyProcess; store: string }> = [];
+    const embedded = await start('embedded', 'warn', 1);
+    services.push({ tp: embedded, store: 'embedded' });
+    storeNote = `embedded store: SQLite in ${embedded.dataDir} (${isTmpfs(embedded.dataDir) ? 'tmpfs' : 'not tmpfs: the normal disk'})`;
     if (args['no-redis']) redisNote = 'Redis rows skipped (--no-redis)';
     else {
       redis = await startBenchRedis();
@@ -220,136 +278,151 @@ async function main(): Promise<number> {
       else {
         const r = redis;
         cleanups.push(() => r.stop());
-        const svc = await startBenchService({ kind: 'redis', url: r.url });
-        cleanups.push(() => svc.stop());
-        services.push(svc);
+        const keyPrefix = `bench-tok-${randomBytes(4).toString('hex')}:`;
+        services.push({ tp: await start('redis', 'warn', 1, { kind: 'redis', url: r.url, key_prefix: keyPrefix }), store: 'redis' });
+        redisNote = `redis-server: ${r.settings} (durable, as the embedded store fsyncs every commit); key prefix ${keyPrefix}`;
       }
     }
-    let singleResponse = 0;
-    for (const svc of services) {
-      await probe(svc.url, BULK_BODY, 100);
-      singleResponse = (await probe(svc.url, SINGLE_BODY, 1)).length;
+    for (const { tp } of services) {
+      await probe(tp.url, STRINGS_BODY, 100);
+      ceilingBytes = (await probe(tp.url, ONE_STRING_BODY, 1)).length;
     }
-    const bare: BareServer = await startBareServer(Buffer.from(`"${'x'.repeat(Math.max(0, singleResponse - 2))}"`));
-    cleanups.push(() => bare.close());
+    await probe(embedded.url, CARD_BODY, 1);
+    // The ceiling answers a body as long as tokenproxy's answer to one string.
+    const ceiling = await startReferenceServer(['constant', `"${'x'.repeat(Math.max(0, ceilingBytes - 2))}"`]);
+    cleanups.push(() => ceiling.close());
 
-    const kind = (s: BenchService) => (s === embedded ? 'embedded' : 'redis');
-    for (const svc of services) {
-      rows.push({ name: '/tokenize, 100-token bodies', store: kind(svc), tokensPerRequest: 100, opts: loadOpts(`${svc.url}/tokenize`, BULK_BODY, BULK_CONNECTIONS), rounds: [] });
+    const add = (row: Omit<Row, 'rounds'>) => rows.push({ ...row, rounds: [] });
+    for (const { tp, store } of services) {
+      add({ name: '/tokenize, one string', store, tokensPerRequest: 1, pid: tp.pid, opts: loadOpts(`${tp.url}/tokenize`, ONE_STRING_BODY, SINGLE_CONNECTIONS), target: 'ceiling', problems: tp.problems });
     }
-    for (const svc of services) {
-      rows.push({ name: '/tokenize, single token', store: kind(svc), tokensPerRequest: 1, opts: loadOpts(`${svc.url}/tokenize`, SINGLE_BODY, SINGLE_CONNECTIONS), rounds: [] });
+    for (const { tp, store } of services) {
+      add({ name: '/tokenize, 100 strings', store, tokensPerRequest: 100, pid: tp.pid, opts: loadOpts(`${tp.url}/tokenize`, STRINGS_BODY, BULK_CONNECTIONS), target: 'crypto', problems: tp.problems });
     }
+    add({ name: '/tokenize, one card definition', store: 'embedded', tokensPerRequest: 1, pid: embedded.pid, opts: loadOpts(`${embedded.url}/tokenize`, CARD_BODY, SINGLE_CONNECTIONS), target: null, problems: embedded.problems });
     if (!args['no-workers']) {
       for (const logLevel of ['warn', 'info']) {
         for (const n of [1, 2]) {
-          const cli = await startCliService({ workers: n, logLevel });
-          cleanups.push(() => cli.stop());
-          await probe(cli.url, SINGLE_BODY, 1);
-          rows.push({
-            name: `/tokenize, single token, CLI process, workers ${n}, log ${logLevel}`, store: 'embedded', tokensPerRequest: 1,
-            opts: loadOpts(`${cli.url}/tokenize`, SINGLE_BODY, SINGLE_CONNECTIONS), rounds: [], workers: { n, logLevel, problems: cli.problems },
+          const tp = await start(`workers${n}-${logLevel}`, logLevel, n);
+          await probe(tp.url, ONE_STRING_BODY, 1);
+          add({
+            name: `/tokenize, one string, workers ${n}, log ${logLevel}`, store: 'embedded', tokensPerRequest: 1, pid: tp.pid,
+            opts: loadOpts(`${tp.url}/tokenize`, ONE_STRING_BODY, SINGLE_CONNECTIONS), target: null, workers: { n, logLevel }, problems: tp.problems,
           });
         }
       }
     }
-    rows.push({ name: `bare node:http, ${singleResponse} B body`, store: '-', tokensPerRequest: 0, opts: loadOpts(`${bare.url}/`, SINGLE_BODY, SINGLE_CONNECTIONS), rounds: [] });
+    add({ name: `bare node:http, constant ${ceilingBytes} B body (ceiling)`, store: '-', tokensPerRequest: 0, pid: ceiling.pid, opts: loadOpts(`${ceiling.url}/`, ONE_STRING_BODY, SINGLE_CONNECTIONS), target: null });
 
     const runner = LOAD_MODE === 'inline' ? null
-      : LOAD_MODE === 'wrk' ? await startBenchRunner({ install: !args['no-install'], log: (l) => console.log(l) })
+      : LOAD_MODE === 'wrk' ? await startBenchRunner({ install: !args['no-install'], log })
       : await startLoadRunner(LOAD_MODE);
-    if (runner && 'describe' in runner) console.log(`load generator: ${runner.describe}`);
-    if (runner) cleanups.unshift(() => runner.close());
+    if (runner && 'describe' in runner) log(`load generator: ${runner.describe}`);
+    if (runner) cleanups.push(() => runner.close());
     for (let round = 0; round < ROUNDS; round++) {
       cryptoSamples.push(crypto());
       // Alternate the order so a drift in the machine's load does not always hit the same row.
       const order = round % 2 === 0 ? rows : [...rows].reverse();
-      for (const row of order) {
-        const m = await measure(runner, row.opts);
-        // A CLI process's CPU is not this process's: no figure rather than a wrong one.
-        row.rounds.push(row.workers ? { ...m, srvCpuUsPerRequest: NaN, srvCoreBusy: NaN } : m);
-      }
-      process.stdout.write(`round ${round + 1}/${ROUNDS} done (${((performance.now() - started) / 1000).toFixed(0)} s)\n`);
+      for (const row of order) row.rounds.push(await measure(runner, row));
+      log(`round ${round + 1}/${ROUNDS} done (${((performance.now() - started) / 1000).toFixed(0)} s, load average ${loadavg()[0].toFixed(2)})`);
     }
   } finally {
-    for (const c of cleanups.reverse()) await c().catch(() => {});
+    for (const c of cleanups.reverse()) await c().catch((err: unknown) => console.error(`cleanup: ${(err as Error).message}`));
   }
 
   // ---- report ----
-  const limit = median(cryptoSamples.map((s) => s.limit.tokensPerSec));
-  const limitCpu = median(cryptoSamples.map((s) => s.limit.cpuUsPerToken));
-  const mix = median(cryptoSamples.map((s) => s.bulkMix.tokensPerSec));
-  const mixCpu = median(cryptoSamples.map((s) => s.bulkMix.cpuUsPerToken));
+  const limit = median(cryptoSamples.map((s) => s.tokensPerSec));
+  const limitCpu = median(cryptoSamples.map((s) => s.cpuUsPerToken));
   const range = (xs: number[]) => `[${num(Math.min(...xs))}-${num(Math.max(...xs))}]`;
-  console.log(`\ncrypto limit (1 core, in-process; KeyRing.seal of a card's JSON + 1 HMAC fingerprint): ${num(limit)} tokens/s ${range(cryptoSamples.map((s) => s.limit.tokensPerSec))}, ${limitCpu.toFixed(1)} us CPU/token`);
-  console.log(`  for comparison, the crypto of the 100-token body (cards: 2 seals + HMAC; strings: 1 seal): ${num(mix)} tokens/s, ${mixCpu.toFixed(1)} us CPU/token\n`);
+  log(`\ncrypto limit (1 core, in-process; per token: KeyRing.seal of the string's JSON + 1 HMAC fingerprint + 1 randomUUID): ${num(limit)} tokens/s ${range(cryptoSamples.map((s) => s.tokensPerSec))}, ${limitCpu.toFixed(1)} us CPU/token\n`);
 
-  const bareRow = rows[rows.length - 1];
-  const bareRps = median(bareRow.rounds.map((r) => r.rps));
+  const ceilingRow = rows[rows.length - 1];
+  /** Median over rounds of (row / reference of the same round). */
+  const paired = (row: Row, ref: (i: number) => number, per: (m: Measured) => number) => median(row.rounds.map((m, i) => per(m) / ref(i)));
   const summary = rows.map((row) => {
     const rps = median(row.rounds.map((r) => r.rps));
-    const tokensPerSec = row.tokensPerRequest ? rps * row.tokensPerRequest : NaN;
-    const vsCrypto = tokensPerSec / limit;
-    const isBare = row === bareRow;
-    const vsBare = row.tokensPerRequest === 1 ? rps / bareRps : isBare ? 1 : null;
-    const met = row.workers ? null : row.tokensPerRequest === 100 ? vsCrypto >= BULK_TARGET : row.tokensPerRequest === 1 ? (vsBare ?? 0) >= SINGLE_TARGET : null;
+    const tokensPerSec = row.tokensPerRequest ? median(row.rounds.map((r) => r.rps * row.tokensPerRequest)) : NaN;
+    const vsCrypto = row.tokensPerRequest ? paired(row, (i) => cryptoSamples[i].tokensPerSec, (m) => m.rps * row.tokensPerRequest) : NaN;
+    const vsCeiling = row.tokensPerRequest === 1 ? paired(row, (i) => ceilingRow.rounds[i].rps, (m) => m.rps) : row === ceilingRow ? 1 : NaN;
+    const met = row.target === 'crypto' ? vsCrypto >= BULK_TARGET : row.target === 'ceiling' ? vsCeiling >= SINGLE_TARGET : null;
+    const statuses: Record<string, number> = {};
+    for (const r of row.rounds) for (const [k, v] of Object.entries(r.statuses)) statuses[k] = (statuses[k] ?? 0) + v;
     return {
-      name: row.name, store: row.store, connections: row.opts.connections ?? 0, tokensPerRequest: row.tokensPerRequest,
+      name: row.name, store: row.store, connections: row.opts.connections ?? 0, tokensPerRequest: row.tokensPerRequest, bodyBytes: row.opts.body?.length ?? 0,
       rps, rpsRange: [Math.min(...row.rounds.map((r) => r.rps)), Math.max(...row.rounds.map((r) => r.rps))],
       tokensPerSec, p50: median(row.rounds.map((r) => r.p50)), p99: median(row.rounds.map((r) => r.p99)),
-      requests: row.rounds.reduce((a, r) => a + r.requests, 0), errors: row.rounds.reduce((a, r) => a + r.errors, 0),
-      srvCpuUsPerToken: median(row.rounds.map((r) => r.srvCpuUsPerRequest)) / (row.tokensPerRequest || 1),
-      srvCoreBusy: median(row.rounds.map((r) => r.srvCoreBusy)),
-      vsCrypto, vsBare, met,
-      target: row.workers ? 'workers 2 vs 1' : row.tokensPerRequest === 100 ? `>= ${BULK_TARGET}x crypto` : row.tokensPerRequest === 1 ? `>= ${SINGLE_TARGET}x bare` : 'baseline',
+      requests: row.rounds.reduce((a, r) => a + r.requests, 0), errors: row.rounds.reduce((a, r) => a + r.errors, 0), statuses,
+      errorSamples: [...new Set(row.rounds.flatMap((r) => r.errorSamples))].slice(0, 3),
+      cpuUsPerRequest: median(row.rounds.map((r) => r.cpuUsPerRequest)),
+      cpuUsPerToken: median(row.rounds.map((r) => r.cpuUsPerRequest)) / (row.tokensPerRequest || 1),
+      cores: median(row.rounds.map((r) => r.cores)),
+      otherCores: median(row.rounds.map((r) => r.otherCores)),
+      otherCoresMax: Math.max(...row.rounds.map((r) => r.otherCores)),
+      vsCrypto, vsCeiling, met,
+      target: row.target === 'crypto' ? `>= ${BULK_TARGET}x crypto` : row.target === 'ceiling' ? `>= ${SINGLE_TARGET}x ceiling` : row.workers ? 'workers 2 vs 1' : row === ceilingRow ? 'baseline' : 'none',
+      workers: row.workers ?? null,
       rounds: row.rounds,
+      problems: row.problems?.() ?? [],
     };
   });
   const verdict = (m: boolean | null) => (m === null ? '' : m ? 'met' : 'NOT met');
-  const cpuCell = (n: number) => (Number.isFinite(n) ? n.toFixed(1) : '-');
-  console.log(
+  const cell = (n: number, digits: number) => (Number.isFinite(n) ? n.toFixed(digits) : '-');
+  log(
     table(
-      ['row', 'store', 'conns', 'req/s', '[min-max]', 'tokens/s', 'p50 ms', 'p99 ms', 'non-200', 'srv cpu us/tok', 'srv cores', 'x crypto', 'x bare', 'target', ''],
+      ['row', 'store', 'conns', 'req/s', '[min-max]', 'tokens/s', 'p50 ms', 'p99 ms', 'non-2xx/requests', 'cpu us/req', 'cpu us/tok', 'cores', 'other cpu', 'x crypto', 'x ceiling', 'target', ''],
       summary.map((s) => [
         s.name, s.store, String(s.connections), num(s.rps), `[${num(s.rpsRange[0])}-${num(s.rpsRange[1])}]`, num(s.tokensPerSec),
-        s.p50.toFixed(2), s.p99.toFixed(2), `${s.errors}/${s.requests}`,
-        s.tokensPerRequest ? cpuCell(s.srvCpuUsPerToken) : cpuCell(s.srvCpuUsPerToken) + '/req', Number.isFinite(s.srvCoreBusy) ? s.srvCoreBusy.toFixed(2) : '-',
-        ratio(s.vsCrypto), s.vsBare === null ? '' : ratio(s.vsBare), s.target, verdict(s.met),
+        s.p50.toFixed(2), s.p99.toFixed(2), `${s.errors}/${s.requests}${s.errors > 0 ? ' INVALID' : ''}`,
+        cell(s.cpuUsPerRequest, 0), s.tokensPerRequest ? cell(s.cpuUsPerToken, 1) : '', cell(s.cores, 2), cell(s.otherCores, 2),
+        s.tokensPerRequest ? ratio(s.vsCrypto) : '', Number.isFinite(s.vsCeiling) ? ratio(s.vsCeiling) : '', s.target, verdict(s.met),
       ]),
     ),
   );
-  console.log(`\nsrv cpu: this process's CPU per token while serving (crypto alone: ${limitCpu.toFixed(1)} us/token for the limit, ${mixCpu.toFixed(1)} for the 100-token mix); srv cores: that CPU / wall time (1.00 = one core busy)`);
+  log(`\nx crypto, x ceiling: median over rounds of (row / reference of the same round); x crypto in tokens/s, x ceiling in req/s`);
+  log(`cpu us/req (/tok): CPU time of the row's server process and its descendants (workers 2: the primary and both workers) over the row's windows (warm-up + measurement) from /proc, per request (per token); the crypto limit alone is ${limitCpu.toFixed(1)} us/token; redis-server's CPU is not in the Redis rows`);
+  log(`cores: that CPU / wall time (1.00 = one core busy); other cpu: cores used by processes outside this benchmark during the row's windows (median over rounds)`);
+  log(`every server runs in its own process; wrk${redis ? ', redis-server' : ''} and the server under test share the machine's ${env.cores} cores; load average now ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+  const busiest = Math.max(...summary.map((s) => s.otherCoresMax).filter(Number.isFinite));
+  if (busiest > 0.2) log(`note: other processes used up to ${busiest.toFixed(2)} of ${env.cores} cores during some windows: those rounds are slower`);
   for (const logLevel of ['warn', 'info']) {
-    const of = (n: number) => summary.find((s) => s.name.endsWith(`workers ${n}, log ${logLevel}`));
+    const of = (n: number) => rows.find((r) => r.workers?.n === n && r.workers.logLevel === logLevel);
     const [one, two] = [of(1), of(2)];
-    if (one && two) console.log(`server.workers 2 vs 1 (log ${logLevel}): ${ratio(two.rps / one.rps)} (${num(two.rps)} vs ${num(one.rps)} req/s; p99 ${two.p99.toFixed(2)} vs ${one.p99.toFixed(2)} ms)`);
+    if (one && two) {
+      const s1 = summary[rows.indexOf(one)];
+      const s2 = summary[rows.indexOf(two)];
+      const r = median(two.rounds.map((m, i) => m.rps / one.rounds[i].rps));
+      log(`server.workers 2 vs 1 (log ${logLevel}): ${ratio(r)} (${num(s2.rps)} vs ${num(s1.rps)} req/s; p99 ${s2.p99.toFixed(2)} vs ${s1.p99.toFixed(2)} ms; CPU ${cell(s2.cpuUsPerRequest, 0)} vs ${cell(s1.cpuUsPerRequest, 0)} us/req)`);
+    }
   }
-  console.log(redisNote || `redis-server: ${redis?.settings} (durable, as the embedded store fsyncs every commit)`);
+  if (!args['no-workers']) log('(the workers 1, log warn row is the one-string embedded row\'s configuration on an instance of its own: the two differ by noise only)');
+  log(storeNote);
+  log(redisNote);
 
   const failed = summary.filter((s) => s.errors > 0);
   for (const s of failed) {
-    const statuses: Record<string, number> = {};
-    for (const r of s.rounds) for (const [k, v] of Object.entries(r.statuses)) statuses[k] = (statuses[k] ?? 0) + v;
-    console.log(`errors in "${s.name}" (${s.store}): ${JSON.stringify(statuses)} ${[...new Set(s.rounds.flatMap((r) => r.errorSamples))].slice(0, 3).join(' | ')}`);
-    for (const line of rows.find((r) => r.name === s.name && r.store === s.store)?.workers?.problems() ?? []) console.log(`  its log: ${line}`);
+    log(`INVALID "${s.name}" (${s.store}): ${s.errors} non-2xx responses or transport errors ${JSON.stringify(s.statuses)} ${s.errorSamples.join(' | ')}`);
+    for (const line of s.problems) log(`  its log: ${line}`);
   }
-  console.log(failed.length === 0 ? 'every response was 200' : `${failed.length} row(s) had non-200 responses or transport errors`);
+  log(failed.length === 0 ? 'every response was 2xx' : `${failed.length} row(s) had non-2xx responses or transport errors`);
 
   const out = join(dirname(fileURLToPath(import.meta.url)), 'results', 'tokenize.json');
   mkdirSync(dirname(out), { recursive: true });
   const report = {
-    at: new Date().toISOString(), machine: { ...env, loadAverageAtStart: load0 }, loadGenerator: LOAD_MODE,
+    at: new Date().toISOString(), machine: { ...env, loadAverageAtStart: load0, loadAverageAtEnd: loadavg() }, loadGenerator: LOAD_MODE,
     params: {
-      rounds: ROUNDS, durationMs: DURATION_MS, warmupMs: WARMUP_MS, singleConnections: SINGLE_CONNECTIONS, bulkConnections: BULK_CONNECTIONS, cryptoMs: CRYPTO_MS,
-      bulkBody: { cards: BULK_CARDS, strings: BULK_STRINGS, bytes: BULK_BODY.length }, singleBodyBytes: SINGLE_BODY.length,
+      rounds: ROUNDS, durationMs: DURATION_MS, warmupMs: WARMUP_MS, singleConnections: SINGLE_CONNECTIONS, bulkConnections: BULK_CONNECTIONS, cryptoMs: CRYPTO_MS, dataRoot: DATA_ROOT,
+      bodies: { oneString: { body: ONE_STRING_BODY, bytes: ONE_STRING_BODY.length }, strings100: { bytes: STRINGS_BODY.length }, cardDefinition: { bytes: CARD_BODY.length } },
+      ceilingBodyBytes: ceilingBytes,
+      tokenproxy: { build: 'dist/main.js', logLevel: 'warn', rateLimits: 'off', metrics: process.env.TOKENPROXY_BENCH_METRICS !== 'off' },
     },
-    crypto: { limitTokensPerSec: limit, limitCpuUsPerToken: limitCpu, bulkMixTokensPerSec: mix, bulkMixCpuUsPerToken: mixCpu, rounds: cryptoSamples },
-    redis: redis ? { settings: redis.settings } : { skipped: redisNote },
+    crypto: { per: 'KeyRing.seal(JSON of the string) + 1 HMAC fingerprint + 1 randomUUID', limitTokensPerSec: limit, limitCpuUsPerToken: limitCpu, rounds: cryptoSamples },
+    store: storeNote,
+    redis: redis ? { settings: redis.settings, note: redisNote } : { skipped: redisNote },
     rows: summary,
-    targets: { bulkVsCrypto: BULK_TARGET, singleVsBare: SINGLE_TARGET },
+    targets: { strings100VsCrypto: BULK_TARGET, oneStringVsCeiling: SINGLE_TARGET },
   };
   writeFileSync(out, JSON.stringify(report, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2) + '\n');
-  console.log(`results: ${out} (total ${((performance.now() - started) / 1000).toFixed(1)} s)`);
+  log(`results: ${out} (total ${((performance.now() - started) / 1000).toFixed(1)} s)`);
   return failed.length === 0 ? 0 : 1;
 }
 

@@ -6,7 +6,7 @@
  * is newer than it.
  *
  * The config is written to a JSON file in a fresh data directory (the embedded store lives there
- * too); the log goes to a file there (standard output redirected: at `info` that is the access
+ * too, unless `store` names a Redis store); the log goes to a file there (standard output redirected: at `info` that is the access
  * line of every request, written as in production). Ready when /healthz answers 200 and, for
  * `server.workers` > 1, every worker process exists.
  *
@@ -62,13 +62,21 @@ export interface TokenproxyProcess {
   close(): Promise<void>;
 }
 
+/** A Redis token store for the service (give each run its own `key_prefix`). */
+export interface RedisStoreChoice {
+  kind: 'redis';
+  url: string;
+  key_prefix: string;
+}
+
 /**
  * Starts the built service with `raw` (a config object: server.port, store and log are set here)
- * in `dataRoot`/tp-bench-*. Throws when it does not come up within 120 s.
+ * in `dataRoot`/tp-bench-*: the store is a fresh embedded one in that directory, or `opts.store`.
+ * Throws when it does not come up within 120 s.
  */
 export async function startTokenproxyProcess(
   raw: Record<string, unknown>,
-  opts: { dataRoot: string; logLevel: string; workers?: number; name: string },
+  opts: { dataRoot: string; logLevel: string; workers?: number; name: string; store?: RedisStoreChoice },
 ): Promise<TokenproxyProcess> {
   const dataDir = mkdtempSync(join(opts.dataRoot, `tp-bench-${opts.name}-`));
   const port = await freePort();
@@ -77,7 +85,7 @@ export async function startTokenproxyProcess(
     ...raw,
     server: { ...(raw.server as object), host: '127.0.0.1', port, workers },
     log: { level: opts.logLevel },
-    store: { kind: 'embedded', path: join(dataDir, 'tokens.db') },
+    store: opts.store ?? { kind: 'embedded', path: join(dataDir, 'tokens.db') },
   };
   const configPath = join(dataDir, 'config.json');
   writeFileSync(configPath, JSON.stringify(config));
