@@ -122,7 +122,7 @@ export class Idempotency {
     const res = ctx.res;
     let claim: { owner: string; h: string } | null = null;
 
-    const readJson = ctx.readJson;
+    const readJson = ctx.readJson.bind(ctx);
     ctx.readJson = (accept) => readJson(accept, async (raw) => {
       const h = requestHash(ctx.req.method ?? '', `${ctx.url.pathname}${ctx.url.search}`, raw);
       const owner = randomUUID();

@@ -53,63 +53,111 @@ function largeBodyMode(group: string): LargeBodyMode {
 
 export function createPipeline(opts: PipelineOptions): (req: IncomingMessage, res: ServerResponse) => void {
   const router = new Router(opts.routes);
+  const logAccess = opts.log.isLevelEnabled('info');
+  // One listener for both records of a finished request, the metric and the access line, shared by
+  // every request (it finds the request's state on the response): no closure per request.
+  const onFinish = opts.metrics || logAccess ? finishListener(opts, logAccess) : undefined;
   return (req, res) => {
-    void handle(opts, router, req, res);
+    void handle(opts, router, req, res, onFinish);
   };
 }
 
-async function handle(opts: PipelineOptions, router: Router<Route>, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const started = performance.now();
-  const { requestId, log, access, headers } = identify(opts, req);
-  let routePath = '(none)';
-  let route: Route | undefined;
-  let ctx: Context | undefined;
-  const logAccess = opts.log.isLevelEnabled('info');
-  // One listener for both records of the finished request: the metric and the access line.
-  if (opts.metrics || logAccess) {
-    res.on('finish', () => {
-      opts.metrics?.request(req.method, route?.path ?? UNMATCHED_ROUTE, res.statusCode, started);
-      if (!logAccess) return;
-      const ms = performance.now() - started;
-      // Method, route pattern and status only: never the raw URL (a query may carry a proxy key).
-      access({ method: req.method, route: routePath, status: res.statusCode, ms: Math.round(ms * 100) / 100, tenant: ctx?.principal?.tenant.id ?? ctx?.proxyPrincipal?.tenant.id, app: ctx?.principal?.app.id });
+const STATE = Symbol('tokenproxy.request');
+type TrackedResponse = ServerResponse & { [STATE]?: RequestContext };
+
+function finishListener(opts: PipelineOptions, logAccess: boolean): (this: TrackedResponse) => void {
+  return function onFinish(this: TrackedResponse) {
+    const ctx = this[STATE];
+    if (!ctx) return;
+    this[STATE] = undefined;
+    const route = ctx.route;
+    opts.metrics?.request(ctx.req.method, route?.path ?? UNMATCHED_ROUTE, this.statusCode, ctx.started);
+    if (!logAccess) return;
+    const ms = performance.now() - ctx.started;
+    // Method, route pattern and status only: never the raw URL (a query may carry a proxy key).
+    writeAccessLine(opts.log, ctx.requestId, {
+      method: ctx.req.method, route: route?.path ?? '(none)', status: this.statusCode, ms: Math.round(ms * 100) / 100,
+      tenant: ctx.principal?.tenant.id ?? ctx.proxyPrincipal?.tenant.id, app: ctx.principal?.app.id,
     });
+  };
+}
+
+/**
+ * One request's context (http/context.ts): a class, so a request allocates one object rather than
+ * an object literal with accessors and closures; the URL and the child logger are made on first use.
+ */
+class RequestContext implements Context {
+  readonly headers: Record<string, string>;
+  params: Record<string, string> = NO_PARAMS;
+  rest = '';
+  principal?: Context['principal'] = undefined;
+  proxyPrincipal?: Context['proxyPrincipal'] = undefined;
+  query?: Record<string, unknown> = undefined;
+  route: Route | undefined = undefined;
+  #url: URL | undefined = undefined;
+  #log: Logger | undefined = undefined;
+  #clientIp: string | undefined = undefined;
+
+  constructor(
+    readonly req: IncomingMessage,
+    readonly res: ServerResponse,
+    readonly requestId: string,
+    readonly started: number,
+    private readonly opts: PipelineOptions,
+  ) {
+    this.headers = { 'svc-trace-id': requestId };
+  }
+
+  get url(): URL {
+    return (this.#url ??= parseTarget(this.req.url ?? '/'));
+  }
+
+  set url(value: URL) {
+    this.#url = value;
+  }
+
+  get log(): Logger {
+    return (this.#log ??= this.opts.log.child({ req_id: this.requestId }));
+  }
+
+  get clientIp(): string {
+    return (this.#clientIp ??= this.opts.clientIp(this.req.socket.remoteAddress ?? '', headerValue(this.req.headers['x-forwarded-for'])));
+  }
+
+  async readJson(accept?: (mediaType: string) => boolean, observe?: (raw: Buffer) => Promise<void>): Promise<unknown> {
+    const schemas = this.route?.schemas;
+    const large = largeBodyMode(this.route?.group ?? 'health');
+    return parseBody(schemas, await readJson(this.req, this.opts.bodyLimit, this.opts.maxDepth, accept, large, observe));
+  }
+}
+
+const NO_PARAMS: Record<string, string> = Object.freeze({}) as Record<string, string>;
+
+async function handle(opts: PipelineOptions, router: Router<Route>, req: IncomingMessage, res: ServerResponse, onFinish: ((this: TrackedResponse) => void) | undefined): Promise<void> {
+  const ctx = new RequestContext(req, res, requestIdOf(req), performance.now(), opts);
+  if (onFinish) {
+    (res as TrackedResponse)[STATE] = ctx;
+    res.on('finish', onFinish);
   }
   try {
     const target = req.url ?? '/';
-    // The URL object is made only when a stage reads ctx.url (query parameters, mostly).
-    let url: URL | undefined;
-    const match = router.match(req.method ?? 'GET', simplePathname(target) ?? (url = parseTarget(target)).pathname);
-    route = match.route;
-    routePath = route.path;
-    const large = largeBodyMode(route.group);
+    const path = simplePathname(target);
+    const match = router.match(req.method ?? 'GET', path ?? ctx.url.pathname);
+    const route = match.route;
+    ctx.route = route;
+    ctx.params = match.params;
+    ctx.rest = match.rest;
     const schemas = route.schemas;
-    ctx = {
-      req, res, requestId, headers,
-      get url() {
-        return (url ??= parseTarget(target));
-      },
-      set url(value: URL) {
-        url = value;
-      },
-      get log() {
-        return log();
-      },
-      clientIp: opts.clientIp(req.socket.remoteAddress ?? '', headerValue(req.headers['x-forwarded-for'])),
-      params: match.params,
-      rest: match.rest,
-      readJson: async (accept, observe) => parseBody(schemas, await readJson(req, opts.bodyLimit, opts.maxDepth, accept, large, observe)),
-    };
     if (route.auth === 'api') authenticate(opts, ctx, route);
     else if (route.auth === 'proxy') authenticateProxy(opts, ctx, true);
-    if (opts.rateLimits && route.group !== 'health') Object.assign(headers, await opts.rateLimits.check(ctx, route));
+    if (opts.rateLimits && route.group !== 'health') Object.assign(ctx.headers, await opts.rateLimits.check(ctx, route));
     if (schemas?.params) ctx.params = parseInput(schemas, 'params', schemas.params, ctx.params) as Record<string, string>;
     if (schemas?.query) ctx.query = parseInput(schemas, 'query', schemas.query, queryObject(ctx.url.searchParams)) as Record<string, unknown>;
     await route.handle(ctx);
   } catch (err) {
-    if (!(err instanceof ServiceError)) log().error({ error: safeError(err) }, 'unhandled error');
-    else if (err.status >= 500) log().warn({ code: err.code, cause: safeError(err.cause) }, 'request failed');
-    drainAndAnswer(opts, req, res, err, headers, route?.wrapErrors);
+    if (!(err instanceof ServiceError)) ctx.log.error({ error: safeError(err) }, 'unhandled error');
+    else if (err.status >= 500) ctx.log.warn({ code: err.code, cause: safeError(err.cause) }, 'request failed');
+    drainAndAnswer(opts, req, res, err, ctx.headers, ctx.route?.wrapErrors);
   }
 }
 
@@ -137,17 +185,24 @@ export function simplePathname(target: string): string | null {
 }
 
 /**
- * The request id (a valid SVC-Trace-Id without a card number in it, else a new UUID), its logger and the headers every answer
+ * The request id: a valid SVC-Trace-Id without a card number in it, else a new UUID. The id is
+ * logged on every line of the request (a logger binding, which the log's card scrubber does not
+ * see): a trace id holding a card number is replaced, as a malformed one is.
+ */
+function requestIdOf(req: IncomingMessage): string {
+  const trace = req.headers['svc-trace-id'];
+  return typeof trace === 'string' && TRACE_ID.test(trace) && scrubCards(trace) === trace ? trace : randomUUID();
+}
+
+/**
+ * For an upgrade request: the request id (a valid SVC-Trace-Id without a card number in it, else a new UUID), its logger and the headers every answer
  * carries. The child logger is made on first use: most requests never log beyond the access line.
  */
 function identify(
   opts: PipelineOptions,
   req: IncomingMessage,
 ): { requestId: string; log: () => Logger; access: (fields: AccessFields) => void; headers: Record<string, string> } {
-  const trace = req.headers['svc-trace-id'];
-  // The id is logged on every line of the request (a logger binding, which the log's card scrubber
-  // does not see): a trace id holding a card number is replaced, as a malformed one is.
-  const requestId = typeof trace === 'string' && TRACE_ID.test(trace) && scrubCards(trace) === trace ? trace : randomUUID();
+  const requestId = requestIdOf(req);
   let child: Logger | undefined;
   return {
     requestId,
