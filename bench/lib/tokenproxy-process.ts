@@ -13,6 +13,8 @@
  * TOKENPROXY_BENCH_CPU_PROF=DIR: the service runs with --cpu-prof into DIR (one profile per
  * process and thread, written when it stops). TOKENPROXY_BENCH_DIST=DIR runs another build (e.g.
  * an older commit's dist/, for a before/after on the same machine), never rebuilt.
+ * TOKENPROXY_BENCH_NODE_FLAGS="--flag …" adds Node flags to the service's command line (e.g. a
+ * V8 heap setting, for a comparison).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -92,7 +94,8 @@ export async function startTokenproxyProcess(
   const logFile = join(dataDir, 'service.log');
   const out = openSync(logFile, 'w');
   const prof = process.env.TOKENPROXY_BENCH_CPU_PROF;
-  const flags = ['--no-node-snapshot', ...(prof ? ['--cpu-prof', `--cpu-prof-dir=${join(resolve(prof), opts.name)}`] : [])];
+  const extra = (process.env.TOKENPROXY_BENCH_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
+  const flags = ['--no-node-snapshot', ...extra, ...(prof ? ['--cpu-prof', `--cpu-prof-dir=${join(resolve(prof), opts.name)}`] : [])];
   const child = spawn(process.execPath, [...flags, MAIN, '--config', configPath], {
     cwd: ROOT,
     env: { ...process.env, TOKENPROXY_MASTER_KEY: randomBytes(32).toString('base64'), NODE_OPTIONS: '' },

@@ -78,6 +78,8 @@ export function streamVia(dispatcher: Dispatcher, req: ForwardRequest, sink: (he
   });
 }
 
+const noop = (): void => {};
+
 const CLOSED_EARLY = Object.assign(new Error('the response closed before it finished'), { code: 'ERR_STREAM_PREMATURE_CLOSE' });
 
 /**
@@ -87,6 +89,9 @@ const CLOSED_EARLY = Object.assign(new Error('the response closed before it fini
  */
 class ForwardHandler implements Dispatcher.DispatchHandler {
   private sink: Writable | null = null;
+  private controller: Dispatcher.DispatchController | null = null;
+  /** A 'drain' listener is waiting to resume the destination's body. */
+  private waiting = false;
   private settled = false;
 
   constructor(
@@ -108,22 +113,34 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
       return;
     }
     this.sink = sink;
-    sink.on('drain', () => controller.resume());
-    sink.on('finish', () => this.done());
-    sink.on('error', (err) => {
+    this.controller = controller;
+    // Two listeners a request ('drain' only once a write had to wait): a Writable that finished,
+    // failed or was destroyed emits 'close' after it ('finish' comes first; an error is stored as
+    // `errored`), so 'close' alone tells how it ended.
+    sink.on('error', noop);
+    sink.on('close', () => {
+      if (sink.writableFinished) {
+        this.done();
+        return;
+      }
+      // The caller went away, the sink failed or was destroyed: stop reading from the destination.
+      const err = sink.errored ?? CLOSED_EARLY;
       controller.abort(err);
       this.fail(err);
-    });
-    sink.on('close', () => {
-      if (sink.writableFinished) return;
-      // The caller went away (or the sink was destroyed): stop reading from the destination.
-      controller.abort(CLOSED_EARLY);
-      this.fail(CLOSED_EARLY);
     });
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
-    if (this.sink && !this.sink.write(chunk)) controller.pause();
+    const sink = this.sink;
+    if (!sink || sink.write(chunk)) return;
+    controller.pause();
+    if (!this.waiting) {
+      this.waiting = true;
+      sink.once('drain', () => {
+        this.waiting = false;
+        this.controller?.resume();
+      });
+    }
   }
 
   onResponseEnd(): void {
