@@ -104,8 +104,7 @@ export class ProxyService {
     const headers = outgoingHeaders(ctx.req.headers, { peer, peerTrusted: this.opts.trustedPeer(peer), host: ctx.req.headers.host });
     const { proxy } = entry;
     // What transforms see of the request; a proxy without transforms never builds it.
-    const tctx: TransformContext | null =
-      proxy.buffered || proxy.response.length > 0 ? { method, path: target.suffix || '/', query: queryObject(ctx.url.searchParams), log: ctx.log } : null;
+    const tctx = proxy.buffered || proxy.response.length > 0 ? transformContext(ctx, method, target) : null;
     if (proxy.detokenizes) tctx!.detokenize = this.detokenizeContext(ctx, proxy, path);
     if (proxy.buffered) return this.transformed(ctx, entry, path, headers, tctx!);
     return this.passThrough(ctx, entry, method, path, headers, tctx);
@@ -333,6 +332,18 @@ function cutOrThrow(ctx: Context, err: unknown): void {
   if (!ctx.res.headersSent) throw upstreamError(err);
   ctx.log.warn({ code: upstreamError(err).code }, 'destination failed after the response started');
   ctx.res.destroy();
+}
+
+/** What transforms see of the request: no URL parsed for an empty query, the child logger made only if a code transform logs. */
+function transformContext(ctx: Context, method: string, target: { suffix: string; query: string }): TransformContext {
+  return {
+    method,
+    path: target.suffix || '/',
+    query: target.query === '' ? {} : queryObject(ctx.url.searchParams),
+    get log() {
+      return ctx.log;
+    },
+  };
 }
 
 function headerText(v: string | string[] | undefined): string {
