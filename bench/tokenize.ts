@@ -31,8 +31,8 @@
  *
  * The load generator is wrk (lib/wrk.ts, 1 thread; the Node generator with --load). Ratios are
  * paired by round: each row against its reference measured in the same round (the crypto loop runs
- * at the start of every round, with no load), median over rounds; the rows run in interleaved
- * rounds, the order reversed every other round. CPU µs per request (per token in the 100-string
+ * at the start of every round, with no load), median over rounds; after one discarded 2 s pass over
+ * every row, the rows run in interleaved rounds, the order reversed every other round. CPU µs per request (per token in the 100-string
  * rows): the CPU time of the row's server process and its descendants (a cluster's workers; the
  * embedded store's writer thread is in its process's figure) read from /proc over the row's
  * windows (warm-up + measurement), per request served; redis-server's CPU is not in the Redis
@@ -87,6 +87,8 @@ const LOAD_MODES = ['wrk', 'process', 'worker', 'inline'] as const;
 const isLoadMode = (v: string): v is (typeof LOAD_MODES)[number] => (LOAD_MODES as readonly string[]).includes(v);
 if (!isLoadMode(args.load)) throw new Error('--load must be wrk, process, worker or inline');
 const LOAD_MODE = args.load;
+/** The discarded first pass over every row (not counted). */
+const DISCARD_MS = 2000;
 const BULK_TARGET = 0.5;
 const SINGLE_TARGET = 0.3;
 
@@ -319,6 +321,10 @@ async function main(): Promise<number> {
       : await startLoadRunner(LOAD_MODE);
     if (runner && 'describe' in runner) log(`load generator: ${runner.describe}`);
     if (runner) cleanups.push(() => runner.close());
+    // One discarded pass over every row first (JIT, connection pools, SQLite's page cache), as in
+    // the proxy bench: otherwise the first row of the first round is measured on a cold process.
+    for (const row of rows) await measure(runner, { ...row, opts: { ...row.opts, durationMs: DISCARD_MS, warmupMs: 0 } });
+    log(`discarded pass over every row done (${DISCARD_MS / 1000} s each)`);
     for (let round = 0; round < ROUNDS; round++) {
       cryptoSamples.push(crypto());
       // Alternate the order so a drift in the machine's load does not always hit the same row.
