@@ -46,7 +46,7 @@
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { spawn } from 'node:child_process';
-import { mkdirSync, readFileSync, statfsSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -55,7 +55,7 @@ import { request } from 'undici';
 import type { LoadOptions, LoadResult, LoadRunner } from './lib/load.js';
 import { startBenchRunner } from './lib/wrk.js';
 import { findNginx, startNginx } from './lib/nginx.js';
-import { CLK_TCK, openFilesLimit, processTable, treeRss, treeTicks } from './lib/procs.js';
+import { CLK_TCK, isTmpfs, machineTicks, openFilesLimit, treeRss, treeTicks } from './lib/procs.js';
 import { machine, num, ratio, table } from './lib/report.js';
 import { ensureBuilt, startReferenceServer, startTokenproxyProcess, type TokenproxyProcess } from './lib/tokenproxy-process.js';
 import { startUpstream, type Upstream, type UpstreamSample } from './lib/upstream.js';
@@ -160,14 +160,6 @@ const median = (xs: number[]) => {
 };
 const mb = (bytes: number) => (Number.isFinite(bytes) ? `${(bytes / 1048576).toFixed(0)} MB` : '-');
 
-const TMPFS_MAGIC = 0x01021994;
-function isTmpfs(path: string): boolean {
-  try {
-    return statfsSync(path).type === TMPFS_MAGIC;
-  } catch {
-    return false;
-  }
-}
 
 function serviceConfig(upstream: string): Record<string, unknown> {
   return {
@@ -220,33 +212,13 @@ async function probe(row: Pick<Row, 'url' | 'headers' | 'body'>): Promise<{ stat
   return { status: res.statusCode, headers: res.headers, text };
 }
 
-/**
- * CPU time (clock ticks) of the whole machine (all busy time, all cores) and of this process with
- * all its descendants (load generator, upstream, nginx, the servers under test) plus the kernel's
- * threads: their difference over a window is what other user processes on the machine used, e.g.
- * a test run or a compiler sharing the cores. Null where /proc is not there.
- */
-function cpuTicks(): { machine: number; ours: number; procs: ReturnType<typeof processTable> } | null {
-  try {
-    // cpu  user nice system idle iowait irq softirq steal ...: a task's own ticks include the
-    // softirq work done in its context (loopback TCP), so irq and softirq count as busy here.
-    const [user, nice, system, , , irq, softirq] = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1, 8).map(Number);
-    const procs = processTable();
-    // Kernel threads (kthreadd, pid 2, and its children: ksoftirqd, kworkers) do this run's
-    // network work too: counted as ours, not as another process's.
-    return { machine: user + nice + system + irq + softirq, ours: treeTicks(process.pid, procs) + treeTicks(2, procs), procs };
-  } catch {
-    return null;
-  }
-}
-
 async function measure(runner: LoadRunner, upstream: Upstream, row: Row, durationMs: number, warmupMs: number): Promise<Measured> {
   await upstream.stats(true);
   const opts: LoadOptions = { url: row.url, method: 'POST', headers: row.headers, body: row.body, connections: CONNECTIONS, durationMs, warmupMs };
-  const c0 = cpuTicks();
+  const c0 = machineTicks();
   const t0 = performance.now();
   const r = await runner.run(opts);
-  const c1 = cpuTicks();
+  const c1 = machineTicks();
   const seconds = (performance.now() - t0) / 1000;
   const otherCores = c0 && c1 ? Math.max(0, c1.machine - c0.machine - (c1.ours - c0.ours)) / CLK_TCK / seconds : NaN;
   const s = await upstream.stats(true);

@@ -44,7 +44,7 @@
  * TOKENPROXY_BENCH_CPU_PROF=DIR profiles the tokenproxy processes (lib/tokenproxy-process.ts).
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdirSync, readFileSync, statfsSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -53,7 +53,7 @@ import { request } from 'undici';
 import { KeyRing } from '../src/crypto/keyring.js';
 import { createStore } from '../src/store/factory.js';
 import { runLoad, startLoadRunner, type LoadOptions, type LoadResult, type LoadRunner } from './lib/load.js';
-import { CLK_TCK, processTable, treeTicks } from './lib/procs.js';
+import { CLK_TCK, isTmpfs, machineTicks, treeTicks } from './lib/procs.js';
 import { startBenchRedis, type BenchRedis } from './lib/redis.js';
 import { machine, num, ratio, table } from './lib/report.js';
 import { BENCH_KEY, BENCH_TENANT, benchConfig } from './lib/service.js';
@@ -107,14 +107,6 @@ const median = (xs: number[]) => {
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 };
 
-const TMPFS_MAGIC = 0x01021994;
-function isTmpfs(path: string): boolean {
-  try {
-    return statfsSync(path).type === TMPFS_MAGIC;
-  } catch {
-    return false;
-  }
-}
 
 // ---- the crypto limit -------------------------------------------------------------------------
 
@@ -199,26 +191,11 @@ function loadOpts(url: string, body: string, connections: number): LoadOptions {
   return { url, method: 'POST', headers: HEADERS, body, connections, durationMs: DURATION_MS, warmupMs: WARMUP_MS };
 }
 
-/**
- * CPU ticks of the whole machine (all busy time, all cores) and of this process with all its
- * descendants (load generator, redis-server, the servers under test) plus the kernel's threads:
- * their difference over a window is what other user processes used. Null without /proc.
- */
-function cpuTicks(): { machine: number; ours: number; procs: ReturnType<typeof processTable> } | null {
-  try {
-    const [user, nice, system, , , irq, softirq] = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1, 8).map(Number);
-    const procs = processTable();
-    return { machine: user + nice + system + irq + softirq, ours: treeTicks(process.pid, procs) + treeTicks(2, procs), procs };
-  } catch {
-    return null;
-  }
-}
-
 async function measure(runner: LoadRunner | null, row: Row): Promise<Measured> {
-  const c0 = cpuTicks();
+  const c0 = machineTicks();
   const t0 = performance.now();
   const r = runner ? await runner.run(row.opts) : await runLoad(row.opts);
-  const c1 = cpuTicks();
+  const c1 = machineTicks();
   const seconds = (performance.now() - t0) / 1000;
   // The CPU window covers warm-up and measurement: divided by every request of both.
   const served = r.requests + r.warmupRequests;

@@ -4,7 +4,7 @@
  * process's own figure), and resident memory. NaN where /proc is not there.
  */
 import { spawnSync, type ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statfsSync } from 'node:fs';
 
 export const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout?.trim()) || 100;
 
@@ -93,4 +93,35 @@ export function childCount(pid: number): number {
 /** Resolves once the child has exited (at once if it has). */
 export function exited(child: ChildProcess): Promise<void> {
   return new Promise((res) => (child.exitCode !== null || child.signalCode !== null ? res() : child.once('exit', () => res())));
+}
+
+/**
+ * CPU ticks of the whole machine (all busy time, all cores) and of this process with all its
+ * descendants (load generator, upstream, nginx, redis-server, the servers under test) plus the
+ * kernel's threads: their difference over a window is what other user processes on the machine
+ * used, e.g. a test run or a compiler sharing the cores. Null where /proc is not there.
+ */
+export function machineTicks(): { machine: number; ours: number; procs: ReturnType<typeof processTable> } | null {
+  try {
+    // cpu  user nice system idle iowait irq softirq steal ...: a task's own ticks include the
+    // softirq work done in its context (loopback TCP), so irq and softirq count as busy here.
+    const [user, nice, system, , , irq, softirq] = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1, 8).map(Number);
+    const procs = processTable();
+    // Kernel threads (kthreadd, pid 2, and its children: ksoftirqd, kworkers) do this run's
+    // network work too: counted as ours, not as another process's.
+    return { machine: user! + nice! + system! + irq! + softirq!, ours: treeTicks(process.pid, procs) + treeTicks(2, procs), procs };
+  } catch {
+    return null;
+  }
+}
+
+const TMPFS_MAGIC = 0x01021994;
+
+/** Whether `path` is on tmpfs (a token store there is not on the normal disk; the benches say so). */
+export function isTmpfs(path: string): boolean {
+  try {
+    return statfsSync(path).type === TMPFS_MAGIC;
+  } catch {
+    return false;
+  }
 }
