@@ -89,7 +89,6 @@ const CLOSED_EARLY = Object.assign(new Error('the response closed before it fini
  */
 class ForwardHandler implements Dispatcher.DispatchHandler {
   private sink: Writable | null = null;
-  private controller: Dispatcher.DispatchController | null = null;
   /** A 'drain' listener is waiting to resume the destination's body. */
   private waiting = false;
   private settled = false;
@@ -113,7 +112,6 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
       return;
     }
     this.sink = sink;
-    this.controller = controller;
     // Two listeners a request ('drain' only once a write had to wait): a Writable that finished,
     // failed or was destroyed emits 'close' after it ('finish' comes first; an error is stored as
     // `errored`), so 'close' alone tells how it ended.
@@ -138,7 +136,7 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
       this.waiting = true;
       sink.once('drain', () => {
         this.waiting = false;
-        this.controller?.resume();
+        controller.resume();
       });
     }
   }
