@@ -207,7 +207,9 @@ export function tokenRoutes(tokens: TokenService, audit?: Detokenizer): Route[] 
         const record = await tokens.update(ctx.principal!, ctx.params.id!, await ctx.readJson(isMergePatch), ctx.log);
         await revealed(ctx, { data: [record] });
         sendJson(ctx.res, 200, record, ctx.headers);
-      } },
+      },
+      // A replay shows the token again, audited as above; the stored answer holds no data (issue 23).
+      replayRecord: async (ctx, id) => (await revealed(ctx, { data: [await tokens.updatedView(ctx.principal!, id, ctx.log)] })).data[0]! },
     { ...api, method: 'DELETE', path: '/tokens/:id', group: 'tokens.delete', permission: 'token:delete', schemas: schemas.remove,
       handle: async (ctx) => {
         await tokens.remove(ctx.principal!, ctx.params.id!);

@@ -52,6 +52,14 @@ export interface Route {
   permission?: Permission;
   /** SVC-IDEMPOTENCY-KEY is honoured: the first successful answer is stored and replayed (http/idempotency.ts). */
   idempotent?: boolean;
+  /**
+   * For an idempotent route whose answer is one token record shown by the key's read rule (PATCH
+   * /tokens/{id}): the stored answer leaves the record's `data` out, and a replay calls this to show
+   * the token again, through the same access decision and audit as the route's own answer (issue
+   * 23: idempotency records never hold plaintext). It throws as the route would: 404 not_found
+   * for a deleted or expired token.
+   */
+  replayRecord?(ctx: Context, id: string): Promise<Record<string, unknown>>;
   /** Key kinds admitted (default: all). */
   kinds?: readonly KeyKind[];
   /** Request and response schemas: they validate the request and make the OpenAPI document (route-schema.ts). */

@@ -7,20 +7,28 @@
  *   2. Once the body has been read (before it is parsed), the slot (tenant, application, key) is
  *      CLAIMED in the token store in one atomic step, shared by every instance on the store. The
  *      claim holds a SHA-256 of method, path (with query) and body bytes, sealed.
- *   3. Another request holding the slot: same request → 409 idempotency_key_in_flight (with
- *      Retry-After); different → 422 idempotency_key_reused. A stored answer: same request → the
- *      answer is REPLAYED (status, body, content type, plus `SVC-IDEMPOTENT-REPLAYED: true`, with
- *      this request's own trace id and rate-limit headers) and the route does not run; different
- *      → 422.
+ *   3. The slot holds another request's entry. Made with another API key of the application →
+ *      422 idempotency_key_reused, whatever the request (issue 31: a stored answer is the key's,
+ *      not the application's). Same key, same request → 409 idempotency_key_in_flight (with
+ *      Retry-After) while it runs; once answered, the answer is REPLAYED (status, body, content
+ *      type, plus `SVC-IDEMPOTENT-REPLAYED: true`, with this request's own trace id and rate-limit
+ *      headers) and the route does not run. A different request → 422.
  *   4. The route runs, writing its answer into a capture (not the socket). A 2xx answer is sealed
  *      and stored for 24 h BEFORE it is sent, so a client that got it and retries gets the replay,
  *      and a client that went away (the timeout case) still finds it. Any other answer, or a
  *      thrown error, releases the claim first: a failed request stores nothing and a retry runs
  *      again. A claim left by a crashed process expires after IN_FLIGHT_TTL_MS.
  *
- * Stored answers hold ids and masked values, never plaintext, and are sealed with the vault's key
- * ring all the same (AAD: the slot). The store keeps only ciphertext and digests: the client's key
- * is kept as a SHA-256 with the application id.
+ * Stored answers never hold plaintext (issue 23). Those of POST /tokenize and POST /tokens hold
+ * ids and masked card fields only. A route whose answer is a token read by the key (PATCH, which
+ * reveals plaintext under a `reveal` rule) declares `replayRecord`: its answer is stored with the
+ * record's `data` left out, and a replay shows the token again through that hook, i.e. through
+ * the route's own access decision and audit, so a deleted or expired token answers 404 and every
+ * replayed reveal is an audit event. Entries are sealed with the vault's key ring all the same
+ * (AAD: the slot). The store keeps only ciphertext and digests: the client's key is kept as a
+ * SHA-256 with the application id, the API key as its key id (a digest, auth/keys.ts) inside the
+ * sealed entry. Entries written before this format (no `v`) may hold plaintext and name no API
+ * key: they are never replayed (422; they expire within 24 h of the upgrade).
  */
 import { hash, randomUUID } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
@@ -70,17 +78,31 @@ export function sealAad(slot: IdempotencySlot): string {
   return `idempotency:${slot.tenant_id}:${slot.key}`;
 }
 
-/** The sealed entry: the request's hash, and once answered the answer. */
+/** The format of the entries this code writes; an entry without it is an earlier version's. */
+const ENTRY_VERSION = 2;
+
+/** The sealed entry: the request's hash and the API key's id, and once answered the answer. */
 interface Entry {
+  v: typeof ENTRY_VERSION;
   h: string;
+  /** The key id (Principal.keyId, a digest of the API key) that made the request: only it gets the replay. */
+  k: string;
   status?: number;
   type?: string;
+  /** The answer, the record's `data` left out when `left` is set. */
   body?: string;
+  /** The record whose `data` was left out (routes with `replayRecord`): its id, and where `data` stood among its members (-1: it had none). */
+  left?: { id: string; at: number };
 }
+
+type Answered = Entry & Required<Pick<Entry, 'status' | 'type' | 'body'>>;
+
+/** What an entry may be once opened: this version's, or an earlier one ({h}, then {h, status, type, body}). */
+type OpenedEntry = Entry | { v?: undefined; h: string; status?: number; type?: string; body?: string };
 
 /** Thrown out of the route (through readJson) when a stored answer is replayed instead. */
 class Replay {
-  constructor(readonly entry: Required<Entry>) {}
+  constructor(readonly entry: Answered) {}
 }
 
 interface Answer {
@@ -120,41 +142,53 @@ export class Idempotency {
     const slot = slotOf(principal.tenant.id, principal.app.id, header);
     const aad = sealAad(slot);
     const res = ctx.res;
+    const k = principal.keyId;
     let claim: { owner: string; h: string } | null = null;
 
     const readJson = ctx.readJson.bind(ctx);
     ctx.readJson = (accept) => readJson(accept, async (raw) => {
       const h = requestHash(ctx.req.method ?? '', `${ctx.url.pathname}${ctx.url.search}`, raw);
       const owner = randomUUID();
-      const found = await this.#store(() => this.#o.store.claimIdempotencyKey(slot, owner, this.#seal({ h }, aad), this.#o.inFlightTtlMs));
+      const found = await this.#store(() => this.#o.store.claimIdempotencyKey(slot, owner, this.#seal({ v: ENTRY_VERSION, h, k }, aad), this.#o.inFlightTtlMs));
       if (found.state === 'claimed') {
         claim = { owner, h };
         return;
       }
       const entry = await this.#open(found.sealed, aad);
+      // Another API key of the application: refused whatever its request was (issue 31).
+      if (entry.v === ENTRY_VERSION && entry.k !== k) {
+        throw new ServiceError('idempotency_key_reused', { detail: 'This SVC-IDEMPOTENCY-KEY was used by another API key of the application; use a new key' });
+      }
       if (entry.h !== h) {
         throw new ServiceError('idempotency_key_reused', { detail: 'This SVC-IDEMPOTENCY-KEY was used with another method, path or body; use a new key' });
       }
       if (found.state === 'in_flight' || entry.status === undefined) {
         throw new ServiceError('idempotency_key_in_flight', { detail: 'A request with this SVC-IDEMPOTENCY-KEY has not finished; retry later', headers: { 'retry-after': '1' } });
       }
-      throw new Replay(entry as Required<Entry>);
+      // An earlier version's answer may hold plaintext and names no API key: never replayed.
+      if (entry.v !== ENTRY_VERSION) {
+        throw new ServiceError('idempotency_key_reused', { detail: 'This SVC-IDEMPOTENCY-KEY was answered by an earlier version of the service; use a new key' });
+      }
+      throw new Replay(entry as Answered);
     });
 
     const capture = captureResponse(res);
     ctx.res = capture.res;
-    let answer: Answer;
+    let answer: Answer | Replay;
     try {
       await route.handle(ctx);
       answer = await capture.answer;
     } catch (err) {
-      if (err instanceof Replay) return replay(res, ctx.headers, err.entry);
-      if (claim) await this.#release(slot, claim);
-      throw err;
+      if (!(err instanceof Replay)) {
+        if (claim) await this.#release(slot, claim);
+        throw err;
+      }
+      answer = err;
     } finally {
       ctx.res = res;
     }
-    if (claim) await this.#settle(slot, claim, aad, answer);
+    if (answer instanceof Replay) return replay(res, ctx.headers, await rendered(ctx, route, answer.entry));
+    if (claim) await this.#settle(slot, claim, k, aad, answer, route);
     if (answer.status === 0) res.destroy();
     if (res.destroyed) return;
     res.writeHead(answer.status, answer.headers);
@@ -162,10 +196,20 @@ export class Idempotency {
   }
 
   /** Stores a 2xx answer (then it is sent), or releases the claim of any other. */
-  async #settle(slot: IdempotencySlot, claim: { owner: string; h: string }, aad: string, a: Answer): Promise<void> {
+  async #settle(slot: IdempotencySlot, claim: { owner: string; h: string }, k: string, aad: string, a: Answer, route: Route): Promise<void> {
     if (a.status < 200 || a.status > 299) return this.#release(slot, claim);
     const type = a.headers['content-type'];
-    const entry: Entry = { h: claim.h, status: a.status, type: typeof type === 'string' ? type : 'application/json; charset=utf-8', body: a.body.toString('utf8') };
+    const entry: Entry = { v: ENTRY_VERSION, h: claim.h, k, status: a.status, type: typeof type === 'string' ? type : 'application/json; charset=utf-8', body: a.body.toString('utf8') };
+    if (route.replayRecord) {
+      const kept = leaveOutData(entry.body!);
+      // An answer that cannot be taken apart is not stored (its retry runs again): never stored whole.
+      if (kept === null) {
+        this.#o.log.warn('idempotent answer not stored: not a token record');
+        return this.#release(slot, claim);
+      }
+      entry.body = kept.body;
+      entry.left = kept.left;
+    }
     let stored = false;
     try {
       stored = await this.#o.store.completeIdempotencyKey(slot, claim.owner, this.#seal(entry, aad), this.#o.answerTtlMs);
@@ -189,10 +233,11 @@ export class Idempotency {
     return this.#o.ring.seal(JSON.stringify(entry), aad);
   }
 
-  async #open(sealed: string, aad: string): Promise<Entry> {
+  async #open(sealed: string, aad: string): Promise<OpenedEntry> {
     try {
-      const v = JSON.parse(await this.#o.ring.unsealOrRefresh(sealed, aad)) as Entry;
+      const v = JSON.parse(await this.#o.ring.unsealOrRefresh(sealed, aad)) as OpenedEntry;
       if (typeof v.h !== 'string') throw new TypeError('no hash');
+      if (v.v !== undefined && (v.v !== ENTRY_VERSION || typeof v.k !== 'string')) throw new TypeError('unknown entry format');
       return v;
     } catch (err) {
       throw new ServiceError('internal_error', { detail: 'A stored idempotency entry cannot be opened', cause: err });
@@ -209,7 +254,43 @@ export class Idempotency {
   }
 }
 
-function replay(res: ServerResponse, headers: Record<string, string>, e: Required<Entry>): void {
+/**
+ * A token record's answer without its `data` member, and where it stood (-1: none). Null when the
+ * answer is not a JSON object with a string id.
+ */
+function leaveOutData(body: string): { body: string; left: { id: string; at: number } } | null {
+  let record: unknown;
+  try {
+    record = JSON.parse(body);
+  } catch {
+    return null;
+  }
+  if (typeof record !== 'object' || record === null || Array.isArray(record)) return null;
+  const r = record as Record<string, unknown>;
+  if (typeof r.id !== 'string') return null;
+  const at = Object.keys(r).indexOf('data');
+  delete r.data;
+  return { body: JSON.stringify(r), left: { id: r.id, at } };
+}
+
+/**
+ * A stored answer as it is replayed: a record whose `data` was left out gets it again from the
+ * route (its access decision and audit; a token gone since throws 404), in the same place, so the
+ * replay is byte for byte the first answer while the token and the key's rules are unchanged.
+ * The first answer had no data (-1): the replay shows none either.
+ */
+async function rendered(ctx: Context, route: Route, e: Answered): Promise<Answered> {
+  if (e.left === undefined) return e;
+  if (!route.replayRecord) throw new ServiceError('internal_error', { detail: 'A stored idempotent answer cannot be replayed by this route' });
+  const fresh = await route.replayRecord(ctx, e.left.id);
+  const stored = JSON.parse(e.body) as Record<string, unknown>;
+  if (e.left.at < 0 || fresh.data === undefined) return { ...e, body: JSON.stringify(stored) };
+  const members = Object.entries(stored);
+  members.splice(e.left.at, 0, ['data', fresh.data]);
+  return { ...e, body: JSON.stringify(Object.fromEntries(members)) };
+}
+
+function replay(res: ServerResponse, headers: Record<string, string>, e: Answered): void {
   if (res.destroyed) return;
   const body = Buffer.from(e.body, 'utf8');
   res.writeHead(e.status, { ...headers, 'content-type': e.type, 'content-length': body.length, [REPLAYED_HEADER]: 'true' });

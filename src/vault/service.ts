@@ -250,6 +250,18 @@ export class TokenService {
     return await this.shape(p, record, access.readTransform(p.app, record.container), log);
   }
 
+  /**
+   * The record update's answer shows, for a token as it is now, writing nothing: an idempotent
+   * replay of a PATCH renders its data again through the same checks (issue 23). Deleted or
+   * expired: 404, as a read answers.
+   */
+  async updatedView(p: Principal, id: string, log?: Logger): Promise<TokenRecord> {
+    const t = await this.guard(() => this.store.get(p.tenant.id, id));
+    if (!t) throw new ServiceError('not_found', { detail: 'No token with this id' });
+    access.requireGrant(p.app, 'token:update', t.container);
+    return await this.shape(p, t, access.readTransform(p.app, t.container), log);
+  }
+
   async remove(p: Principal, id: string): Promise<void> {
     const t = await this.guard(() => this.store.get(p.tenant.id, id));
     if (!t) throw new ServiceError('not_found', { detail: 'No token with this id' });

@@ -8,7 +8,8 @@ import type { Test } from 'tap';
 import { randomUUID } from 'node:crypto';
 import { KeyRing } from '../../src/crypto/keyring.js';
 import { requestHash, sealAad, slotOf } from '../../src/http/idempotency.js';
-import { APP_PRIVATE, KEYS, TENANT_A, startTestService, type StartTestOptions, type TestService } from '../helpers/service.js';
+import { keyIdOf, sha256 } from '../../src/auth/keys.js';
+import { APP_PRIVATE, baseConfig, KEYS, TENANT_A, startTestService, type StartTestOptions, type TestService } from '../helpers/service.js';
 import { randomCard } from '../helpers/secrets.js';
 import { tokenCount } from '../helpers/tokens.js';
 import { waitFor } from '../helpers/wait.js';
@@ -20,10 +21,32 @@ const REPLAYED = 'svc-idempotent-replayed';
 
 export const cardBody = (number = randomCard()) => ({ card: { type: 'card', data: { number, expiration_month: 12, expiration_year: 2030 } } });
 
+/** A second key of the private application (issue 31: a replay is the key's, not the application's). */
+const SECOND_PRIVATE = 'test_private_key_second_ffffffffff';
+const MGMT = 'test_mgmt_key_for_idempotency_gggggg';
+
+/** The test config, plus a second key of the private application and a management key that reads /logs. */
+function suiteConfig(): Record<string, unknown> {
+  const config = baseConfig();
+  const tenantA = (config.tenants as Array<{ applications: Array<Record<string, unknown>> }>)[0]!;
+  const apps = tenantA.applications;
+  const priv = apps.find((a) => a.id === APP_PRIVATE)!;
+  priv.keys = [KEYS.private, SECOND_PRIVATE];
+  apps.push({ id: 'aaaaaaaa-0000-4000-8000-0000000000ee', name: 'mgmt', type: 'management', keys: [MGMT], permissions: ['log:read'] });
+  return config;
+}
+
+/** The sealed value of a raw entry (a SQLite row's `sealed`, a Redis hash's `v`). */
+const sealedOf = (raw: string): string | undefined => {
+  const r = JSON.parse(raw) as { sealed?: string; v?: string };
+  return r.sealed ?? r.v;
+};
+
 export function idempotencySuite(t: Test, options: (t: Test) => Promise<StartTestOptions>, entries: RawEntries): void {
   let s: TestService;
   t.before(async () => {
-    s = await startTestService(t, await options(t));
+    const o = await options(t);
+    s = await startTestService(t, { ...o, config: o.config ?? suiteConfig() });
   });
   const withKey = (key: string, extra: Record<string, string> = {}) => ({ [IDEM]: key, ...extra });
 
@@ -193,10 +216,12 @@ export function idempotencySuite(t: Test, options: (t: Test) => Promise<StartTes
   t.test('a claim left by a crashed request: 409 (422 for another body) while it lives, then it expires and the request runs', async (t) => {
     const ring = await KeyRing.open(Buffer.from(s.masterKey, 'base64'), s.svc.store);
     const raw = JSON.stringify(cardBody());
-    // What a request that claimed the key and then died leaves behind: an in-flight entry.
+    // What a request that claimed the key and then died leaves behind: an in-flight entry naming
+    // the request's hash and its API key's id.
+    const keyId = keyIdOf(sha256(KEYS.private));
     const crash = async (key: string, ttlMs: number) => {
       const slot = slotOf(TENANT_A, APP_PRIVATE, key);
-      const sealed = ring.seal(JSON.stringify({ h: requestHash('POST', '/tokenize', Buffer.from(raw)) }), sealAad(slot));
+      const sealed = ring.seal(JSON.stringify({ v: 2, h: requestHash('POST', '/tokenize', Buffer.from(raw)), k: keyId }), sealAad(slot));
       t.same(await s.svc.store.claimIdempotencyKey(slot, 'crashed', sealed, ttlMs), { state: 'claimed' });
     };
     const send = (key: string, body: string) => s.call('POST', '/tokenize', { raw: body, headers: withKey(key, { 'content-type': 'application/json' }) });
@@ -210,6 +235,9 @@ export function idempotencySuite(t: Test, options: (t: Test) => Promise<StartTes
     const other = await send(held, JSON.stringify(cardBody()));
     t.equal(other.status, 422, 'another body with a key in flight');
     t.equal(other.body.code, 'idempotency_key_reused');
+    const otherKey = await s.call('POST', '/tokenize', { key: SECOND_PRIVATE, raw, headers: withKey(held, { 'content-type': 'application/json' }) });
+    t.equal(otherKey.status, 422, 'the same request from another API key of the application');
+    t.equal(otherKey.body.code, 'idempotency_key_reused');
     t.equal(await tokenCount(s), before, 'nothing ran');
     const expiring = randomUUID();
     await crash(expiring, 1);
@@ -231,7 +259,7 @@ export function idempotencySuite(t: Test, options: (t: Test) => Promise<StartTes
     t.equal(created.status, 201);
     const mask = created.body.mask?.number;
     t.type(mask, 'string', 'the answer holds a masked number');
-    // A reveal key's PATCH answer holds the plaintext card: stored sealed like the token itself.
+    // A reveal key's PATCH answer holds the plaintext card: stored without it (issue 23).
     const patched = await s.call('PATCH', `/tokens/${created.body.id}`, {
       raw: JSON.stringify({ metadata: { m: 'v' } }), headers: withKey(`${key}-3`, { 'content-type': 'application/merge-patch+json' }),
     });
@@ -246,5 +274,124 @@ export function idempotencySuite(t: Test, options: (t: Test) => Promise<StartTes
     }
     t.match(dump, /v\d+\.[^.\s]+\.[^.\s]+\.[^.\s]+/, 'sealed values');
     t.notOk(s.logs().includes(card), 'no card number in the logs');
+  });
+
+  // Issue 23 finding 3 and issue 31 finding 4: a PATCH answer of a key with `reveal` carries
+  // plaintext. The stored entry leaves it out; a replay renders it again, audited, for that key only.
+  const patchHeaders = (key: string) => withKey(key, { 'content-type': 'application/merge-patch+json' });
+  const newCard = async (card: string): Promise<string> => {
+    const r = await s.call('POST', '/tokens', { body: { type: 'card', data: { number: card, expiration_month: 1, expiration_year: 2031 } } });
+    if (r.status !== 201) throw new Error(`create failed: ${r.status}`);
+    return r.body.id as string;
+  };
+  /** The plaintext of the entry in the private application's slot of `key`, opened with the ring. */
+  const openEntry = async (key: string): Promise<string | null> => {
+    const ring = await KeyRing.open(Buffer.from(s.masterKey, 'base64'), s.svc.store);
+    const aad = sealAad(slotOf(TENANT_A, APP_PRIVATE, key));
+    for (const raw of await entries(s)) {
+      const sealed = sealedOf(raw);
+      if (sealed === undefined) continue;
+      try {
+        return await ring.unsealOrRefresh(sealed, aad);
+      } catch {
+        // Another slot's entry: it opens only with its own AAD.
+      }
+    }
+    return null;
+  };
+  const reveals = async (id: string): Promise<Array<Record<string, any>>> => {
+    const r = await s.call('GET', `/logs?size=100&entity_id=${encodeURIComponent(id)}`, { key: MGMT });
+    if (r.status !== 200) throw new Error(`GET /logs failed: ${r.status} ${r.text}`);
+    return (r.body.data as Array<Record<string, any>>).filter((e) => e.operation === 'token.reveal');
+  };
+
+  t.test('a PATCH that revealed plaintext: the stored entry holds none; the replay is rendered again and audited', async (t) => {
+    const card = randomCard();
+    const id = await newCard(card);
+    const key = `reveal-${randomUUID()}`;
+    const raw = JSON.stringify({ metadata: { m: 'v' } });
+    const first = await s.call('PATCH', `/tokens/${id}`, { raw, headers: patchHeaders(key) });
+    t.equal(first.status, 200, first.text);
+    t.equal(first.body.data.number, card, 'the first answer reveals the number');
+    const stored = await openEntry(key);
+    t.type(stored, 'string', 'the entry of the slot opens with the ring');
+    t.notOk(stored!.includes(card), 'no card number in the stored entry, sealed or not');
+    t.notMatch(stored!, /\d{13,19}/, 'no digit run of a card length');
+    t.notMatch(stored!, /"data"/, 'no data member');
+    const before = await reveals(id);
+    t.equal(before.length, 1, 'the first answer was audited');
+    const again = await s.call('PATCH', `/tokens/${id}`, { raw, headers: patchHeaders(key) });
+    t.equal(again.status, 200);
+    t.equal(again.headers.get(REPLAYED), 'true');
+    t.equal(again.text, first.text, 'the same answer, byte for byte');
+    const after = await reveals(id);
+    t.equal(after.length, 2, 'the replay is a reveal event of its own');
+    t.match(after[0], { actor: { application_id: APP_PRIVATE }, token_ids: [id], request_id: again.headers.get('svc-trace-id') });
+    t.notOk(s.logs().includes(card), 'no card number in the logs');
+  });
+
+  t.test('a replay after DELETE reveals nothing: 404 not_found, as a GET of the token answers', async (t) => {
+    const card = randomCard();
+    const id = await newCard(card);
+    const key = `deleted-${randomUUID()}`;
+    const raw = JSON.stringify({ metadata: { m: 'w' } });
+    const first = await s.call('PATCH', `/tokens/${id}`, { raw, headers: patchHeaders(key) });
+    t.equal(first.status, 200);
+    t.equal(first.body.data.number, card);
+    t.equal((await s.call('DELETE', `/tokens/${id}`)).status, 204);
+    const again = await s.call('PATCH', `/tokens/${id}`, { raw, headers: patchHeaders(key) });
+    t.equal(again.status, 404, again.text.slice(0, 200));
+    t.equal(again.body?.code, 'not_found');
+    t.notOk(again.text.includes(card), 'no card number in the answer');
+    t.equal(again.headers.get(REPLAYED), null);
+    t.equal((await reveals(id)).length, 1, 'only the first answer was a reveal');
+  });
+
+  t.test('a second key of the same application does not get the first key\'s answer: 422, nothing runs', async (t) => {
+    const card = randomCard();
+    const id = await newCard(card);
+    const key = `second-${randomUUID()}`;
+    const raw = JSON.stringify({ metadata: { m: 'x' } });
+    const first = await s.call('PATCH', `/tokens/${id}`, { raw, headers: patchHeaders(key) });
+    t.equal(first.status, 200);
+    t.equal(first.body.data.number, card);
+    const other = await s.call('PATCH', `/tokens/${id}`, { key: SECOND_PRIVATE, raw, headers: patchHeaders(key) });
+    t.equal(other.status, 422, other.text.slice(0, 200));
+    t.equal(other.body?.code, 'idempotency_key_reused');
+    t.notOk(other.text.includes(card), 'no card number in the answer');
+    t.equal(other.headers.get(REPLAYED), null);
+    t.equal((await reveals(id)).length, 1, 'nothing was revealed to the second key');
+    const mine = await s.call('PATCH', `/tokens/${id}`, { raw, headers: patchHeaders(key) });
+    t.equal(mine.headers.get(REPLAYED), 'true', 'the first key still gets its replay');
+    t.equal(mine.text, first.text);
+
+    const tokKey = `second-tok-${randomUUID()}`;
+    const body = cardBody();
+    t.equal((await s.call('POST', '/tokenize', { body, headers: withKey(tokKey) })).status, 200);
+    const before = await tokenCount(s);
+    const tok = await s.call('POST', '/tokenize', { key: SECOND_PRIVATE, body, headers: withKey(tokKey) });
+    t.equal(tok.status, 422, 'POST /tokenize: the same');
+    t.equal(tok.body?.code, 'idempotency_key_reused');
+    t.equal(await tokenCount(s), before, 'no token was created');
+  });
+
+  t.test('an entry stored by an earlier version (the answer sealed with its plaintext) is never replayed', async (t) => {
+    const card = randomCard();
+    const id = await newCard(card);
+    const ring = await KeyRing.open(Buffer.from(s.masterKey, 'base64'), s.svc.store);
+    const key = `old-${randomUUID()}`;
+    const slot = slotOf(TENANT_A, APP_PRIVATE, key);
+    const raw = JSON.stringify({ metadata: { m: 'y' } });
+    const h = requestHash('PATCH', `/tokens/${id}`, Buffer.from(raw));
+    // What the earlier version stored: {h} while in flight, then {h, status, type, body}.
+    t.same(await s.svc.store.claimIdempotencyKey(slot, 'old', ring.seal(JSON.stringify({ h }), sealAad(slot)), 600_000), { state: 'claimed' });
+    const oldBody = JSON.stringify({ id, tenant_id: TENANT_A, type: 'card', containers: ['/'], data: { number: card, expiration_month: 1, expiration_year: 2031 } });
+    const oldEntry = { h, status: 200, type: 'application/json; charset=utf-8', body: oldBody };
+    t.ok(await s.svc.store.completeIdempotencyKey(slot, 'old', ring.seal(JSON.stringify(oldEntry), sealAad(slot)), 600_000));
+    const r = await s.call('PATCH', `/tokens/${id}`, { raw, headers: patchHeaders(key) });
+    t.notOk(r.text.includes(card), 'no card number in the answer');
+    t.equal(r.status, 422, r.text.slice(0, 200));
+    t.equal(r.body?.code, 'idempotency_key_reused');
+    t.equal(r.headers.get(REPLAYED), null);
   });
 }
