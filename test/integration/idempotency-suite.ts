@@ -347,6 +347,24 @@ export function idempotencySuite(t: Test, options: (t: Test) => Promise<StartTes
     t.equal((await reveals(id)).length, 1, 'only the first answer was a reveal');
   });
 
+  t.test('a replay after the token expired reveals nothing: 404 not_found', async (t) => {
+    const card = randomCard();
+    const expires = new Date(Date.now() + 4_000).toISOString();
+    const created = await s.call('POST', '/tokens', { body: { type: 'card', data: { number: card, expiration_month: 1, expiration_year: 2031 }, expires_at: expires } });
+    t.equal(created.status, 201, created.text.slice(0, 200));
+    const id = created.body.id as string;
+    const key = `expired-${randomUUID()}`;
+    const raw = JSON.stringify({ metadata: { m: 'e' } });
+    const first = await s.call('PATCH', `/tokens/${id}`, { raw, headers: patchHeaders(key) });
+    t.equal(first.status, 200, 'patched before it expired');
+    t.equal(first.body.data.number, card);
+    await waitFor(async () => (await s.call('GET', `/tokens/${id}`)).status === 404, { what: 'the token expired', timeoutMs: 20_000, intervalMs: 200 });
+    const again = await s.call('PATCH', `/tokens/${id}`, { raw, headers: patchHeaders(key) });
+    t.equal(again.status, 404, again.text.slice(0, 200));
+    t.equal(again.body?.code, 'not_found');
+    t.notOk(again.text.includes(card), 'no card number in the answer');
+  });
+
   t.test('a second key of the same application does not get the first key\'s answer: 422, nothing runs', async (t) => {
     const card = randomCard();
     const id = await newCard(card);
