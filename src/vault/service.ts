@@ -4,8 +4,8 @@
  * Plaintext lives only in this process's memory between the request and the seal.
  *
  * Every access decision is auth/access.ts's: which transform a read gets, whether a PATCH may
- * change expressions, whether deduplication may match, whether a fingerprint is shown, and which
- * containers a page may show (passed to the store as part of its query).
+ * change expressions, whether deduplication may match, whether a fingerprint is shown or may be
+ * matched, and which containers a page may show (passed to the store as part of its query).
  */
 import { randomUUID } from 'node:crypto';
 import * as access from '../auth/access.js';
@@ -262,13 +262,16 @@ export class TokenService {
    * of the store's query, so a page holds `size` records whenever that many match.
    */
   async list(p: Principal, q: ListQuery, log?: Logger): Promise<ListResponse> {
-    const filter: TokenFilter = { ...q.filter, scope: access.searchScope(p.app) };
+    // A fingerprint filter matches only tokens whose fingerprint the key may see (issue 31).
+    const byFingerprint = q.filter.fingerprint !== undefined;
+    const filter: TokenFilter = { ...q.filter, scope: byFingerprint ? access.fingerprintScope(p.app) : access.searchScope(p.app) };
     if (filter.scope === undefined) delete filter.scope;
     const page = await this.guard(() => this.store.list(p.tenant.id, filter, { size: q.size, after: q.start }));
     const data: TokenRecord[] = [];
     for (const t of page.items) {
       // The store applied the scope; a record outside it would be a store bug, never shown.
       if (access.grant(p.app, 'token:search', t.container) === null) continue;
+      if (byFingerprint && !access.showsFingerprint(p.app, t.container)) continue;
       data.push(await this.shape(p, t, access.readTransform(p.app, t.container), log));
     }
     return { pagination: { page_size: q.size, next: page.next }, data };
