@@ -30,6 +30,22 @@ export interface VaultCrypto {
   unsealOrRefresh(sealed: string, aad: string): Promise<string>;
   fingerprint(tenantId: string, type: string, value: string): string;
   indexHash(tenantId: string, value: string): string;
+  /** Seals a store cursor for a client, bound to the tenant and `context` (the query it pages). */
+  sealCursor(tenantId: string, payload: string, context: string): string;
+  /** The store cursor inside a sealed one, or null when it was not sealed for this tenant and context. */
+  openCursor(tenantId: string, cursor: string, context: string): string | null;
+}
+
+/**
+ * What a page cursor is bound to: the filter as the store runs it, the key's scope included, in
+ * one canonical form (metadata pairs sorted), so a cursor opens only the query that made it.
+ */
+function cursorContext(filter: TokenFilter): string {
+  const metadata = filter.metadata ? Object.entries(filter.metadata).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)) : null;
+  return JSON.stringify([
+    'tokens/v1', filter.type ?? null, filter.container ?? null, filter.fingerprint ?? null, metadata,
+    filter.index_hashes ?? null, filter.ids ?? null, filter.scope ?? null,
+  ]);
 }
 
 export interface TokenServiceOptions {
@@ -266,7 +282,13 @@ export class TokenService {
     const byFingerprint = q.filter.fingerprint !== undefined;
     const filter: TokenFilter = { ...q.filter, scope: byFingerprint ? access.fingerprintScope(p.app) : access.searchScope(p.app) };
     if (filter.scope === undefined) delete filter.scope;
-    const page = await this.guard(() => this.store.list(p.tenant.id, filter, { size: q.size, after: q.start }));
+    // Cursors are sealed (issue 31): the store's own cursor (a sequence shared by every tenant on
+    // the embedded store) never reaches the client, and one not sealed for this tenant and query
+    // is 400 invalid_cursor.
+    const context = cursorContext(filter);
+    const after = q.start === null ? null : this.crypto.openCursor(p.tenant.id, q.start, context);
+    if (q.start !== null && after === null) throw new ServiceError('invalid_cursor', { detail: 'Pass the pagination.next value of a previous page of the same query as start' });
+    const page = await this.guard(() => this.store.list(p.tenant.id, filter, { size: q.size, after }));
     const data: TokenRecord[] = [];
     for (const t of page.items) {
       // The store applied the scope; a record outside it would be a store bug, never shown.
@@ -274,7 +296,8 @@ export class TokenService {
       if (byFingerprint && !access.showsFingerprint(p.app, t.container)) continue;
       data.push(await this.shape(p, t, access.readTransform(p.app, t.container), log));
     }
-    return { pagination: { page_size: q.size, next: page.next }, data };
+    const next = page.next === null ? null : this.crypto.sealCursor(p.tenant.id, page.next, context);
+    return { pagination: { page_size: q.size, next }, data };
   }
 
   /** POST/GET /tokens/search: the query language of vault/search.ts. */
