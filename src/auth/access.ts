@@ -12,7 +12,8 @@
  *   `search_indexes` or `mask` of an existing token without supplying its data needs
  *   `token:read` with `reveal` on the token's container.
  * - Deduplication matches only tokens the caller could read (`token:read` on the container).
- * - Fingerprints are shown only to keys that may read the token.
+ * - Fingerprints are shown only to keys that may read the token, and a fingerprint filter (list
+ *   or search) matches only such tokens (issue 31).
  * - List and search show only tokens in containers the key may `token:search`; the store applies
  *   that as part of its query (searchScope), so pages are full.
  */
@@ -75,6 +76,37 @@ export const showsFingerprint = mayRead;
  * the key could read it. Otherwise the definition creates a new token, as without the flag.
  */
 export const mayDeduplicate = mayRead;
+
+const fingerprintScopes = new WeakMap<ApplicationConfig, ScopeRule[] | undefined>();
+
+/**
+ * A fingerprint matches only tokens whose fingerprint the key may see (issue 31): the containers a
+ * list or search with a fingerprint filter runs in, as the store takes it (TokenFilter.scope), are
+ * those the key may both `token:search` and read (showsFingerprint). A key that may list a
+ * container but not read it would otherwise create its guess where it reads, take the fingerprint
+ * from the answer and search for it: a right guess would name the token that holds the number.
+ * The store applies this scope in its query, so pages stay full. `undefined`: every container.
+ * Equal to `grant(app, 'token:search', c) !== null && showsFingerprint(app, c)` for every c.
+ */
+export function fingerprintScope(app: ApplicationConfig): ScopeRule[] | undefined {
+  if (fingerprintScopes.has(app)) return fingerprintScopes.get(app);
+  const both = (perms: readonly Permission[]) => perms.includes('token:search') && perms.includes('token:read');
+  const rules = rulesOf(app);
+  let scope: ScopeRule[] | undefined;
+  if (rules.length === 0) {
+    scope = both(app.permissions) ? undefined : [];
+  } else {
+    scope = [];
+    for (const r of rules) {
+      scope.push({ prefix: r.container, allow: both(r.permissions) });
+      if (r.container === '/') break; // every container starts with "/": later rules never decide
+    }
+    while (scope.length > 0 && !scope[scope.length - 1]!.allow) scope.pop();
+    if (scope.length === 1 && scope[0]!.prefix === '/') scope = undefined;
+  }
+  fingerprintScopes.set(app, scope);
+  return scope;
+}
 
 /** The expression fields of a token; changing one is a read of the token's data. */
 export type ExpressionField = 'fingerprint_expression' | 'search_indexes' | 'mask';

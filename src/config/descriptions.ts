@@ -43,7 +43,7 @@ export const CONFIG_DESCRIPTIONS: Record<string, string> = {
   'metrics.token': 'Bearer token `/metrics` requires (or `{ sha256 }` of it, as `tokenproxy hash-key` prints); absent: open.',
   'metrics.port': 'A separate listener for `/metrics` only (then the main port does not serve it); absent: the main port.',
   'metrics.host': 'Address of the separate metrics listener; absent: `server.host`.',
-  [`${T}.outbound.allowed_destinations`]: 'Origins the outbound proxy (`/proxy` with `SVC-PROXY-URL`) may send to, e.g. `https://*.stripe.com`, each optionally `{ origin, tls: { ca_file } }`; empty: the outbound proxy refuses every destination.',
+  [`${T}.outbound.allowed_destinations`]: 'Origins the outbound proxy (`/proxy` with `SVC-PROXY-URL`) may send to, e.g. `https://*.stripe.com` (a `*` is one DNS label and needs a fixed registrable domain after it: `https://*`, `*.com`, `*.co.uk` are refused), each optionally `{ origin, tls: { ca_file } }`; empty: the outbound proxy refuses every destination.',
   [`${T}.outbound.timeout_ms`]: 'How long an outbound destination may take to answer (and its host to resolve).',
   'store.cvc_retention_seconds': "How long a card's cvc is kept; then it is purged from storage.",
   'secrets.master_key_file': 'File holding the master key (32 raw bytes or their base64); `TOKENPROXY_MASTER_KEY` wins over it.',

@@ -10,6 +10,9 @@
  * - Fingerprints and search-index hashes are HMAC-SHA256 under per-tenant keys derived from the
  *   master key with HKDF (RFC 5869), one `info` per purpose and tenant. They do not depend on the
  *   data keys, so rotation never changes them.
+ * - Page cursors are sealed (AES-256-GCM) under per-tenant keys derived the same way, with the
+ *   query they page authenticated (issue 31): opaque to clients, and a forged cursor, another
+ *   tenant's or another query's does not open.
  */
 import { createCipheriv, createDecipheriv, createHmac, createSecretKey, hkdfSync, randomBytes, randomFillSync, type KeyObject } from 'node:crypto';
 import type { TokenStore, WrappedDataKey } from '../store/types.js';
@@ -26,7 +29,10 @@ const B64URL = /^[A-Za-z0-9_-]+$/;
 /** Tenants come from config, so this bounds memory only against misuse. */
 const MAX_CACHED_TENANT_KEYS = 10_000;
 
-type Purpose = 'fingerprint' | 'search-index';
+type Purpose = 'fingerprint' | 'search-index' | 'cursor';
+const CURSOR_VERSION = 'c1';
+/** `c1.<iv>.<ciphertext+tag>`: the store's cursor is a few bytes, so this bounds what is tried. */
+const SEALED_CURSOR = /^c1\.([A-Za-z0-9_-]{16})\.([A-Za-z0-9_-]{22,200})$/;
 
 /** A short public identifier of a master key (HMAC of a constant): safe to log and to compare. */
 export function masterKeyId(master: Buffer | KeyObject): string {
@@ -231,6 +237,22 @@ export class KeyRing {
   /** Keyed digest of an evaluated search index, per tenant (hex). */
   indexHash(tenantId: string, value: string): string {
     return createHmac('sha256', this.#tenantKey('search-index', tenantId)).update(value, 'utf8').digest('hex');
+  }
+
+  /**
+   * Seals a store's page cursor for a client, under the tenant's cursor key; `context` (the query
+   * it pages) is authenticated, not stored. Random IVs: the same position gives a new string.
+   */
+  sealCursor(tenantId: string, payload: string, context: string): string {
+    return `${CURSOR_VERSION}.${gcmSeal(this.#tenantKey('cursor', tenantId), payload, Buffer.from(context, 'utf8'))}`;
+  }
+
+  /** The payload of a cursor sealed for this tenant and context, else null (forged, altered, another tenant's or query's). */
+  openCursor(tenantId: string, cursor: string, context: string): string | null {
+    const m = SEALED_CURSOR.exec(cursor);
+    const gcm = m && gcmParts(m[1]!, m[2]!);
+    if (!gcm) return null;
+    return gcmOpen(this.#tenantKey('cursor', tenantId), gcm, Buffer.from(context, 'utf8'))?.toString('utf8') ?? null;
   }
 
   toJSON(): { activeKid: string; kids: string[]; masterKeyId: string } {

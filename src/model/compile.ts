@@ -10,9 +10,9 @@
  * a new model and swaps the reference, and a request keeps the model it started with.
  */
 import { reactorDefinitions } from '../api/reactors.js';
-import { KeyIndex } from '../auth/keys.js';
+import { KeyIndex, sha256 } from '../auth/keys.js';
 import { ConfigError, loadConfigFile, type LoadedConfig, type LoadOptions } from '../config/load.js';
-import type { Config } from '../config/schema.js';
+import type { Config, TenantConfig } from '../config/schema.js';
 import { createClientIp, createPeerTrust, parseCidr, type ClientIpResolver } from '../http/client-ip.js';
 import { checkProxy, compileProxy, proxyTransformDefinitions, type CompiledProxy } from '../proxy/compile.js';
 import { checkOutbound } from '../proxy/egress.js';
@@ -20,6 +20,7 @@ import { validateCustomRateLimits } from '../rate-limit/rules.js';
 import type { ReactorDefinition } from '../reactors/runtime.js';
 
 export interface Model {
+  /** The config compiled, with every API and proxy key as its digest (withKeyDigests). */
   readonly config: LoadedConfig;
   readonly keys: KeyIndex;
   /** By `tenantId/proxyId`. */
@@ -55,10 +56,32 @@ export function loadFullConfig(opts: LoadOptions = {}): LoadedConfig {
   return loadConfigFile({ ...opts, checks: modelChecks });
 }
 
-/** Compiles a loaded config; a config built without `modelChecks` is checked here (ConfigError). */
-export function compileModel(config: LoadedConfig): Model {
-  const problems = modelChecks(config);
+/**
+ * The config with every API key and proxy key given in plaintext replaced by its SHA-256 digest
+ * (`{sha256}`, `key_sha256`), as if the file had held digests (issue 23): the model, and so every
+ * Principal and compiled proxy built from it, never holds a configured key, and a reload compiles
+ * its new file the same way. The loaded config is left as it was (the caller drops it).
+ */
+function withKeyDigests(config: LoadedConfig): LoadedConfig {
+  const hex = (key: string) => sha256(key).toString('hex');
+  const tenants = config.tenants.map((t): TenantConfig => Object.freeze({
+    ...t,
+    applications: Object.freeze(t.applications.map((a) => Object.freeze({
+      ...a, keys: Object.freeze(a.keys.map((k) => (typeof k === 'string' ? Object.freeze({ sha256: hex(k) }) : k))) as typeof a.keys,
+    }))) as TenantConfig['applications'],
+    proxies: Object.freeze(t.proxies.map(({ key, ...p }) => Object.freeze(key === undefined ? p : { ...p, key_sha256: hex(key) }))) as TenantConfig['proxies'],
+  }));
+  return Object.freeze({ ...config, tenants: Object.freeze(tenants) as LoadedConfig['tenants'] });
+}
+
+/**
+ * Compiles a loaded config; a config built without `modelChecks` is checked here (ConfigError).
+ * The model keeps key digests only (withKeyDigests).
+ */
+export function compileModel(loaded: LoadedConfig): Model {
+  const problems = modelChecks(loaded);
   if (problems.length) throw new ConfigError(problems);
+  const config = withKeyDigests(loaded);
   const proxies = new Map<string, CompiledProxy>();
   for (const tenant of config.tenants) {
     for (const p of tenant.proxies) proxies.set(`${tenant.id}/${p.id}`, compileProxy(tenant, p));

@@ -3,8 +3,9 @@
  * detokenized data, and the one connection that carries it.
  *
  * - `outbound.allowed_destinations` lists origins (`https://api.example.com`, `https://*.stripe.com`,
- *   `http://127.0.0.1:9090`); a `*` stands for exactly one DNS label. An empty list (the default)
- *   refuses every destination.
+ *   `http://127.0.0.1:9090`); a `*` stands for exactly one DNS label, and a pattern needs a fixed
+ *   registrable domain after its last `*` (`*`, `*.*`, `*.com`, `*.co.uk` are refused at load).
+ *   An empty list (the default) refuses every destination.
  * - The destination's host is resolved ONCE per request; if any address it resolves to is
  *   loopback, link-local, private, CGNAT, unspecified, multicast, reserved or a cloud metadata
  *   address (also hidden in IPv4-mapped, NAT64 or 6to4 IPv6 forms), the request is refused,
@@ -81,8 +82,44 @@ function parseEntry(raw: string): Omit<AllowedEntry, 'ca' | 'index' | 'timeoutMs
   const labels = hostText.toLowerCase().replace(/\.$/, '').split('.');
   if (labels.some((l) => !LABEL.test(l))) return 'the host must be a DNS name whose labels are letters, digits, - or a whole-label * wildcard';
   const wildcard = labels.includes('*');
-  if (wildcard && labels.filter((l) => l !== '*').length === 0 && labels.length > 1) return 'a wildcard needs a fixed domain after it (e.g. https://*.example.com)';
+  if (wildcard) {
+    const problem = wildcardProblem(labels.slice(labels.lastIndexOf('*') + 1));
+    if (problem) return problem;
+  }
   return { scheme, labels, wildcard, port };
+}
+
+/**
+ * Second-level labels that ccTLDs register under (`co.uk`, `com.au`, `gov.br`, …): a pattern whose
+ * fixed part is one of these under a two-letter TLD ranges over a public suffix.
+ */
+const CCTLD_SECOND_LEVELS = new Set(['ac', 'co', 'com', 'edu', 'go', 'gob', 'gov', 'ltd', 'me', 'mil', 'ne', 'net', 'or', 'org', 'plc', 'sch']);
+/**
+ * Public suffixes where anyone can get a name of their own (the Public Suffix List's private
+ * section; this is a short list of the common ones, not the whole list): `*.herokuapp.com` would
+ * allow every customer's app of that host, an attacker's included.
+ */
+const SHARED_SUFFIXES = new Set([
+  'herokuapp.com', 'github.io', 'gitlab.io', 'netlify.app', 'vercel.app', 'pages.dev', 'workers.dev', 'ngrok.io', 'ngrok-free.app',
+  'ngrok.app', 'appspot.com', 'web.app', 'firebaseapp.com', 'azurewebsites.net', 'cloudfront.net', 'blogspot.com', 'glitch.me',
+  'onrender.com', 'fly.dev', 'repl.co', 'trycloudflare.com', 'amazonaws.com', 's3.amazonaws.com',
+]);
+
+/**
+ * A wildcard pattern needs a fixed registrable part after its last `*` (issue 23): `*` alone
+ * (every single-label host), `*.*`, `*.com` (a wildcard over a single public-suffix label),
+ * `*.co.uk` and `*.herokuapp.com` (public suffixes of more labels) are refused at config load.
+ */
+function wildcardProblem(fixed: readonly string[]): string | null {
+  const text = fixed.join('.');
+  if (fixed.length < 2) {
+    return `a wildcard needs a fixed domain after it of at least two labels, a registrable domain (e.g. https://*.example.com): ${text === '' ? 'nothing' : `"${text}"`} after the last * would allow any host under a public suffix`;
+  }
+  const [second, tld] = fixed.slice(-2) as [string, string];
+  if ((fixed.length === 2 && tld.length === 2 && CCTLD_SECOND_LEVELS.has(second)) || SHARED_SUFFIXES.has(text)) {
+    return `a wildcard needs a fixed registrable domain after it: "${text}" is a public suffix, so the pattern would allow other owners' hosts; name the domain (e.g. https://*.example.${text})`;
+  }
+  return null;
 }
 
 /** Start-up problems of one tenant's `outbound` section, each prefixed with its config path. */

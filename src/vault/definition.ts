@@ -5,6 +5,7 @@
  */
 import { containerPattern } from '../config/schema.js';
 import type { FieldErrors } from '../errors.js';
+import { scrubCards } from '../log.js';
 import { validateCard, type CardData } from './card.js';
 import { checkDataExpression, ExpressionError, MAX_EXPRESSION_LENGTH } from './expressions.js';
 
@@ -168,6 +169,10 @@ export function parseDefinition(obj: Record<string, unknown>, path: string, erro
   if (obj.id !== undefined) {
     if (typeof obj.id !== 'string' || obj.id.length < LIMITS.idMin || obj.id.length > LIMITS.idMax || !ID_PATTERN.test(obj.id)) {
       add(errors, at(path, 'id'), `must be ${LIMITS.idMin} to ${LIMITS.idMax} characters of letters, digits and . _ ~ : @ + = -`);
+    } else if (scrubCards(obj.id) !== obj.id) {
+      // Ids are stored in clear, named in audit events and logs (issue 31): the check the trace id
+      // gets (a Luhn-valid 13-19 digit run, plain or grouped by dashes) keeps card numbers out.
+      add(errors, at(path, 'id'), 'must not hold a card number (a Luhn-valid run of 13 to 19 digits)');
     } else id = obj.id;
   }
 

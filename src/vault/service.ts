@@ -4,8 +4,8 @@
  * Plaintext lives only in this process's memory between the request and the seal.
  *
  * Every access decision is auth/access.ts's: which transform a read gets, whether a PATCH may
- * change expressions, whether deduplication may match, whether a fingerprint is shown, and which
- * containers a page may show (passed to the store as part of its query).
+ * change expressions, whether deduplication may match, whether a fingerprint is shown or may be
+ * matched, and which containers a page may show (passed to the store as part of its query).
  */
 import { randomUUID } from 'node:crypto';
 import * as access from '../auth/access.js';
@@ -30,6 +30,22 @@ export interface VaultCrypto {
   unsealOrRefresh(sealed: string, aad: string): Promise<string>;
   fingerprint(tenantId: string, type: string, value: string): string;
   indexHash(tenantId: string, value: string): string;
+  /** Seals a store cursor for a client, bound to the tenant and `context` (the query it pages). */
+  sealCursor(tenantId: string, payload: string, context: string): string;
+  /** The store cursor inside a sealed one, or null when it was not sealed for this tenant and context. */
+  openCursor(tenantId: string, cursor: string, context: string): string | null;
+}
+
+/**
+ * What a page cursor is bound to: the filter as the store runs it, the key's scope included, in
+ * one canonical form (metadata pairs sorted), so a cursor opens only the query that made it.
+ */
+function cursorContext(filter: TokenFilter): string {
+  const metadata = filter.metadata ? Object.entries(filter.metadata).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)) : null;
+  return JSON.stringify([
+    'tokens/v1', filter.type ?? null, filter.container ?? null, filter.fingerprint ?? null, metadata,
+    filter.index_hashes ?? null, filter.ids ?? null, filter.scope ?? null,
+  ]);
 }
 
 export interface TokenServiceOptions {
@@ -274,16 +290,26 @@ export class TokenService {
    * of the store's query, so a page holds `size` records whenever that many match.
    */
   async list(p: Principal, q: ListQuery, log?: Logger): Promise<ListResponse> {
-    const filter: TokenFilter = { ...q.filter, scope: access.searchScope(p.app) };
+    // A fingerprint filter matches only tokens whose fingerprint the key may see (issue 31).
+    const byFingerprint = q.filter.fingerprint !== undefined;
+    const filter: TokenFilter = { ...q.filter, scope: byFingerprint ? access.fingerprintScope(p.app) : access.searchScope(p.app) };
     if (filter.scope === undefined) delete filter.scope;
-    const page = await this.guard(() => this.store.list(p.tenant.id, filter, { size: q.size, after: q.start }));
+    // Cursors are sealed (issue 31): the store's own cursor (a sequence shared by every tenant on
+    // the embedded store) never reaches the client, and one not sealed for this tenant and query
+    // is 400 invalid_cursor.
+    const context = cursorContext(filter);
+    const after = q.start === null ? null : this.crypto.openCursor(p.tenant.id, q.start, context);
+    if (q.start !== null && after === null) throw new ServiceError('invalid_cursor', { detail: 'Pass the pagination.next value of a previous page of the same query as start' });
+    const page = await this.guard(() => this.store.list(p.tenant.id, filter, { size: q.size, after }));
     const data: TokenRecord[] = [];
     for (const t of page.items) {
       // The store applied the scope; a record outside it would be a store bug, never shown.
       if (access.grant(p.app, 'token:search', t.container) === null) continue;
+      if (byFingerprint && !access.showsFingerprint(p.app, t.container)) continue;
       data.push(await this.shape(p, t, access.readTransform(p.app, t.container), log));
     }
-    return { pagination: { page_size: q.size, next: page.next }, data };
+    const next = page.next === null ? null : this.crypto.sealCursor(p.tenant.id, page.next, context);
+    return { pagination: { page_size: q.size, next }, data };
   }
 
   /** POST/GET /tokens/search: the query language of vault/search.ts. */

@@ -1,8 +1,8 @@
 /**
  * The generated access suite (issue 10): random rule sets (priorities, container prefixes,
  * reveal/mask/redact, permissions missing at the route or at the container) × tokens in random
- * containers × every token operation (GET, list, search, PATCH of each field, DELETE, dedupe,
- * tokenize, another tenant's reads), against the real service over HTTP, each answer compared
+ * containers × every token operation (GET, list, search, list and search by fingerprint, PATCH of
+ * each field, DELETE, dedupe, tokenize, another tenant's reads), against the real service over HTTP, each answer compared
  * with the reference model of model.ts (written from the README).
  *
  * One service per rule set, many operations per service. fast-check, seeded: ACCESS_SEED=<n>
@@ -85,6 +85,7 @@ type Op =
   | { op: 'get'; key: number; tok: number }
   | { op: 'list'; key: number; prefix: number; size: number }
   | { op: 'search'; key: number; tok: number; expr: number; miss: boolean }
+  | { op: 'fingerprint'; key: number; tok: number; via: 'list' | 'search'; prefix: number; size: number; miss: boolean }
   | { op: 'patch'; key: number; tok: number; kind: PatchKind; i: number; v: number }
   | { op: 'delete'; key: number; tok: number }
   | { op: 'create'; key: number; def: DefSpec }
@@ -96,6 +97,11 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   { weight: 5, arbitrary: fc.record({ op: fc.constant('get' as const), key: keyArb, tok: fc.nat(100) }) },
   { weight: 3, arbitrary: fc.record({ op: fc.constant('list' as const), key: keyArb, prefix: fc.integer({ min: -1, max: PREFIXES.length - 1 }), size: fc.integer({ min: 1, max: 4 }) }) },
   { weight: 2, arbitrary: fc.record({ op: fc.constant('search' as const), key: keyArb, tok: fc.nat(100), expr: fc.nat(10), miss: fc.boolean() }) },
+  // A fingerprint the admin saw (or an unknown one), as a list filter or a search term (issue 31).
+  { weight: 3, arbitrary: fc.record({
+    op: fc.constant('fingerprint' as const), key: keyArb, tok: fc.nat(100), via: fc.constantFrom<'list' | 'search'>('list', 'search'),
+    prefix: fc.integer({ min: -1, max: PREFIXES.length - 1 }), size: fc.integer({ min: 1, max: 4 }), miss: fc.boolean(),
+  }) },
   { weight: 7, arbitrary: fc.record({ op: fc.constant('patch' as const), key: keyArb, tok: fc.nat(100), kind: fc.constantFrom(...PATCH_KINDS), i: fc.nat(50), v: fc.nat(50) }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant('delete' as const), key: keyArb, tok: fc.nat(100) }) },
   { weight: 5, arbitrary: fc.record({ op: fc.constant('create' as const), key: keyArb, def: defArb }) },
@@ -270,15 +276,26 @@ async function runScenario(sc: Scenario, options: object, counter: { ops: number
     return { tok, deduplicated: false, pending: true };
   };
 
-  const listAll = async (key: string, app: AppSpec, prefix: string | undefined, size: number) => {
-    const expected = model.listed(app, prefix);
+  /**
+   * Every page of a list (or, with `search`, of a search), checked against `expected`: each page
+   * full while more follow, every token once, newest first.
+   */
+  const listAll = async (
+    key: string, app: AppSpec, prefix: string | undefined, size: number,
+    by: { expected: MToken[]; fingerprint: string; search: boolean } | null = null,
+  ) => {
+    const expected = by?.expected ?? model.listed(app, prefix);
     const got: Array<Record<string, unknown>> = [];
     let start: string | null = null;
     for (let page = 0; ; page++) {
       const q = new URLSearchParams({ size: String(size) });
-      if (prefix !== undefined) q.set('container', prefix);
+      if (by?.search) q.set('query', `fingerprint:${by.fingerprint}${prefix !== undefined ? ` container:${prefix}` : ''}`);
+      else {
+        if (prefix !== undefined) q.set('container', prefix);
+        if (by) q.set('fingerprint', by.fingerprint);
+      }
       if (start) q.set('start', start);
-      const r = await s.call('GET', `/tokens?${q}`, { key });
+      const r = await s.call('GET', `${by?.search ? '/tokens/search' : '/tokens'}?${q}`, { key });
       expectStatus(r, 200);
       const items = r.body.data as Array<Record<string, unknown>>;
       start = r.body.pagination.next;
@@ -343,6 +360,22 @@ async function runScenario(sc: Scenario, options: object, counter: { ops: number
             fail(`search ${query}`, { got: got.map((x) => x.id), model: expected.map((x) => x.id) });
           }
           got.forEach((rec, i) => checkRecord(expected[i]!, rec, app));
+          break;
+        }
+        case 'fingerprint': {
+          const tok = tokenAt(op.tok);
+          const cls = tok ? fpClass(tok) : null;
+          const seen = cls === null ? undefined : fpOf.get(cls);
+          // A fingerprint no token has (a well-formed digest) when none was seen or `miss`.
+          const fingerprint = op.miss || seen === undefined ? 'f'.repeat(64) : seen;
+          const prefix = op.prefix < 0 ? undefined : PREFIXES[op.prefix];
+          where += ` on ${JSON.stringify(tok)} fingerprint ${fingerprint}`;
+          if (!holds(app, 'token:search')) {
+            expectStatus(await s.call('GET', `/tokens?fingerprint=${fingerprint}`, { key }), 403);
+            break;
+          }
+          const expected = fingerprint === seen && cls !== null ? model.fingerprintMatches(app, cls, prefix) : [];
+          await listAll(key, app, prefix, op.size, { expected, fingerprint, search: op.via === 'search' });
           break;
         }
         case 'patch': {

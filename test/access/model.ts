@@ -11,7 +11,9 @@
  * - Reads: reveal (plaintext), mask (cards: all but the last 4 digits as X; `token`: its mask
  *   expression, or no data), redact (no data). Lists and searches show only containers the key
  *   may search, each token shaped by the key's read rule (redact without read).
- * - Fingerprints are shown only to keys that may read the token.
+ * - Fingerprints are shown only to keys that may read the token, and a fingerprint filter (list
+ *   `?fingerprint=` or search `fingerprint:`) matches only tokens the key may read: a key that may
+ *   list a container but not read it cannot learn which of its tokens holds a guessed value.
  * - An expression over `data` is a read of `data`: changing fingerprint_expression,
  *   search_indexes or mask without supplying the whole data needs read with reveal (403).
  * - Every expression must depend on data: a constant is 400.
@@ -134,6 +136,11 @@ export class Model {
     if (cls === null) return null;
     const hits = among.filter((x) => x.live && x.type === t.type && x.container === t.container && fpClass(x) === cls);
     return hits.sort((a, b) => a.seq - b.seq)[0] ?? null;
+  }
+
+  /** What a fingerprint filter finds: listed tokens of that fingerprint class that the key may read. */
+  fingerprintMatches(app: AppSpec, cls: string, containerPrefix?: string): MToken[] {
+    return this.listed(app, containerPrefix).filter((t) => fpClass(t) === cls && grant(app, 'token:read', t.container) !== null);
   }
 
   /** Newest first, in the key's search scope, under an optional container prefix. */

@@ -1,9 +1,9 @@
-/** auth/access.ts: the token access decisions, and the search scope the stores apply. */
+/** auth/access.ts: the token access decisions, and the search and fingerprint scopes the stores apply. */
 import t from 'tap';
 import fc from 'fast-check';
 import type { ApplicationConfig, Permission } from '../../src/config/schema.js';
 import {
-  grant, mayDeduplicate, readTransform, requireExpressionWrite, requireGrant, searchScope, showsFingerprint,
+  fingerprintScope, grant, mayDeduplicate, readTransform, requireExpressionWrite, requireGrant, searchScope, showsFingerprint,
 } from '../../src/auth/access.js';
 import { scopeAllows } from '../../src/store/codec.js';
 
@@ -37,6 +37,39 @@ t.test('the search scope admits exactly the containers search is granted on', as
   t.equal(searchScope(app(['token:search'], [])), undefined, 'no rules, search held: every container');
   t.same(searchScope(app(['token:read'], [])), [], 'no rules, no search: none');
   t.equal(searchScope(app([], [{ priority: 1, container: '/', permissions: ['token:search'], transform: 'mask' }])), undefined, 'a rule on / grants all');
+});
+
+t.test('the fingerprint scope admits exactly the containers the key may search and read (issue 31)', async (t) => {
+  const rule = fc.record({
+    priority: fc.integer({ min: 0, max: 3 }),
+    container: fc.constantFrom(...CONTAINERS),
+    permissions: fc.subarray(PERMS),
+    transform: fc.constantFrom('reveal' as const, 'mask' as const, 'redact' as const),
+  });
+  const seed = Number(process.env.ACCESS_SEED ?? Date.now() % 2 ** 31);
+  t.comment(`seed ${seed}`);
+  fc.assert(
+    fc.property(fc.subarray(PERMS), fc.array(rule, { maxLength: 5 }), (perms, rules) => {
+      const a = app(perms, rules);
+      const scope = fingerprintScope(a);
+      for (const c of [...CONTAINERS, '/abc/', '/a/bc/', '/zz/']) {
+        const want = grant(a, 'token:search', c) !== null && showsFingerprint(a, c);
+        if (scopeAllows(scope, c) !== want) throw new Error(`scope ${JSON.stringify(scope)} disagrees on ${c}`);
+      }
+    }),
+    { seed, numRuns: 500 },
+  );
+  t.pass('500 generated applications');
+  t.equal(fingerprintScope(app(['token:search', 'token:read'], [])), undefined, 'no rules, search and read held: every container');
+  t.same(fingerprintScope(app(['token:search'], [])), [], 'no rules, search without read: none');
+  t.same(
+    fingerprintScope(app([], [
+      { priority: 1, container: '/pci/', permissions: ['token:search'], transform: 'redact' },
+      { priority: 2, container: '/general/', permissions: ['token:search', 'token:read'], transform: 'reveal' },
+    ])),
+    [{ prefix: '/pci/', allow: false }, { prefix: '/general/', allow: true }],
+    'the lister of issue 31: /general/ only',
+  );
 });
 
 t.test('reads, fingerprints and deduplication follow token:read; expressions need reveal', async (t) => {
