@@ -60,3 +60,28 @@ t.test('IPv4-mapped CIDR trusts the IPv4 peer', async (t) => {
   t.equal(normalizeIp('::FFFF:1.2.3.4'), '1.2.3.4');
   t.equal(normalizeIp('::1'), '::1');
 });
+
+t.test('addressBlock: what per-IP rate limits count by (issue 31, finding 3)', async (t) => {
+  const { addressBlock } = (await import('../../src/http/client-ip.js')) as { addressBlock?: (a: string, p: number) => string };
+  t.type(addressBlock, 'function', 'client-ip exports addressBlock');
+  if (!addressBlock) return;
+  // IPv4 (and IPv4-mapped IPv6, dotted or hex) counts as the IPv4 address.
+  t.equal(addressBlock('203.0.113.7', 64), '203.0.113.7');
+  t.equal(addressBlock('::ffff:203.0.113.7', 64), '203.0.113.7');
+  t.equal(addressBlock('::ffff:cb00:7107', 64), '203.0.113.7', 'mapped, written in hex');
+  // IPv6 counts per /64: every address of one /64 is one block, however it is written.
+  const block = addressBlock('2001:db8:1:2::1', 64);
+  for (const a of ['2001:db8:1:2::2', '2001:db8:1:2:ffff:ffff:ffff:ffff', '2001:DB8:1:2:a:b:c:d', '2001:0db8:0001:0002:0000:0000:0000:0009', '2001:db8:1:2::1%eth0', '2001:db8:1:2:0:0:1.2.3.4']) {
+    t.equal(addressBlock(a, 64), block, `${a} is in ${block}`);
+  }
+  t.not(addressBlock('2001:db8:1:3::1', 64), block, 'another /64 is another block');
+  t.match(block, /\/64$/, 'the block names its prefix');
+  // Other prefixes.
+  t.equal(addressBlock('2001:db8:1:2::1', 48), addressBlock('2001:db8:1:ffff::1', 48), '/48: one block');
+  t.not(addressBlock('2001:db8:1:2::1', 48), addressBlock('2001:db8:2:2::1', 48));
+  t.equal(addressBlock('2001:db8:1:2:3:4:5:6', 56), addressBlock('2001:db8:1:ff::', 56), '/56: bits 49–56 of 0x0002 and 0x00ff are both 0');
+  t.not(addressBlock('2001:db8:1:2::1', 128), addressBlock('2001:db8:1:2::2', 128), '/128: the full address');
+  t.equal(addressBlock('2001:db8:1:2::1', 128), addressBlock('2001:0db8:1:2:0::1', 128), '/128: one spelling');
+  t.not(addressBlock('2001:db8:1:2::1', 63), addressBlock('2001:db8:1:3::1', 63).replace('/63', '/64'), 'the prefix is part of the key');
+  t.equal(addressBlock('2001:db8:1:2::1', 63), addressBlock('2001:db8:1:3::1', 63), '/63 spans ::2 and ::3');
+});
