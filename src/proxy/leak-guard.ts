@@ -467,15 +467,20 @@ function narrow(text: string): Uint8Array {
 
 /** One way of reading the body: a charset, then the media type's escapes, UUIDs out, the card scan. */
 class Reading {
-  private readonly charset: Decoder;
+  /** Null for a body read byte for byte. */
+  private readonly decoder: Decoder | null;
   private readonly escapes: Decoder;
   private readonly uuids = new UuidMasker();
   private readonly cards = new CardScanner();
   /** The charset decoder threw: the body is not in this charset. */
   failed = false;
 
-  constructor(charset: Charset, encoding: BodyEncoding, readonly group: number) {
-    this.charset = charset === 'bytes' ? identity : new CharsetDecoder(charset);
+  constructor(
+    readonly charset: Charset,
+    encoding: BodyEncoding,
+    readonly group: number,
+  ) {
+    this.decoder = charset === 'bytes' ? null : new CharsetDecoder(charset);
     this.escapes = encoding === 'json' ? new JsonEscapeDecoder() : encoding === 'form' ? new FormDecoder() : identity;
   }
 
@@ -485,25 +490,32 @@ class Reading {
 
   push(chunk: Uint8Array): void {
     if (this.failed) return;
-    let text: Uint8Array;
-    try {
-      text = this.charset.push(chunk);
-    } catch {
-      this.failed = true;
-      return;
+    let text = chunk;
+    if (this.decoder !== null) {
+      try {
+        text = this.decoder.push(chunk);
+      } catch {
+        this.failed = true;
+        return;
+      }
     }
     this.cards.push(this.uuids.push(this.escapes.push(text)));
   }
 
   end(): void {
     if (this.failed) return;
-    try {
-      this.cards.push(this.uuids.push(this.escapes.push(this.charset.end())));
-    } catch {
-      this.failed = true;
-      return;
+    if (this.decoder !== null) {
+      let rest: Uint8Array;
+      try {
+        rest = this.decoder.end();
+      } catch {
+        this.failed = true;
+        return;
+      }
+      if (rest.length > 0) this.cards.push(this.uuids.push(this.escapes.push(rest)));
     }
-    this.cards.push(this.uuids.push(this.escapes.end()));
+    const escaped = this.escapes.end();
+    if (escaped.length > 0) this.cards.push(this.uuids.push(escaped));
     this.cards.push(this.uuids.end());
     this.cards.end();
   }
@@ -573,10 +585,8 @@ export class LeakScanner {
     this.head = null;
     const { encoding } = this.type;
     let group = 0;
-    const seen = new Set<Charset>();
     const add = (charset: Charset, g: number) => {
-      if (seen.has(charset)) return;
-      seen.add(charset);
+      for (const r of this.list) if (r.charset === charset) return;
       this.list.push(new Reading(charset, encoding, g));
     };
     // The bytes as they are: the reading when nothing says otherwise (UTF-8), and always one more,
