@@ -27,10 +27,24 @@ export interface ParsedCidr {
 
 const MAPPED_V4 = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i;
 
-/** `::ffff:a.b.c.d` → `a.b.c.d`; other addresses unchanged. */
+/**
+ * `::ffff:a.b.c.d` → `a.b.c.d`, also when written in hex (`::ffff:c000:201`) or in full
+ * (`0:0:0:0:0:ffff:…`); other addresses unchanged.
+ */
 export function normalizeIp(address: string): string {
   const m = MAPPED_V4.exec(address);
-  return m ? m[1] : address;
+  if (m) return m[1];
+  if (!/ffff:/i.test(address)) return address;
+  const words = ipv6Words(address);
+  return words !== undefined && isMappedV4(words) ? mappedV4(words) : address;
+}
+
+function isMappedV4(w: readonly number[]): boolean {
+  return w[0] === 0 && w[1] === 0 && w[2] === 0 && w[3] === 0 && w[4] === 0 && w[5] === 0xffff;
+}
+
+function mappedV4(w: readonly number[]): string {
+  return `${w[6]! >> 8}.${w[6]! & 0xff}.${w[7]! >> 8}.${w[7]! & 0xff}`;
 }
 
 /** A CIDR (`10.0.0.0/8`, `fd00::/8`) or a single address; undefined when invalid. */
@@ -145,9 +159,7 @@ export function addressBlock(address: string, ipv6Prefix: number): string {
   if (!address.includes(':')) return address;
   const words = ipv6Words(address);
   if (words === undefined) return address;
-  if (words[0] === 0 && words[1] === 0 && words[2] === 0 && words[3] === 0 && words[4] === 0 && words[5] === 0xffff) {
-    return `${words[6]! >> 8}.${words[6]! & 0xff}.${words[7]! >> 8}.${words[7]! & 0xff}`;
-  }
+  if (isMappedV4(words)) return mappedV4(words);
   const out: string[] = [];
   for (let i = 0, bits = ipv6Prefix; i < 8 && bits > 0; i++, bits -= 16) {
     const mask = bits >= 16 ? 0xffff : (0xffff << (16 - bits)) & 0xffff;

@@ -59,6 +59,12 @@ t.test('IPv4-mapped CIDR trusts the IPv4 peer', async (t) => {
   t.equal(ip('::ffff:10.2.3.4', '203.0.113.5'), '203.0.113.5');
   t.equal(normalizeIp('::FFFF:1.2.3.4'), '1.2.3.4');
   t.equal(normalizeIp('::1'), '::1');
+  // Issue 31: a mapped address written in hex or in full is the same IPv4 client.
+  t.equal(normalizeIp('::ffff:cb00:7107'), '203.0.113.7');
+  t.equal(normalizeIp('0:0:0:0:0:FFFF:cb00:7107'), '203.0.113.7');
+  t.equal(normalizeIp('2001:db8::ffff:1'), '2001:db8::ffff:1', 'ffff elsewhere is not a mapped address');
+  const hexTrusted = createClientIp(['10.0.0.0/8']);
+  t.equal(hexTrusted('10.1.2.3', '203.0.113.5, ::ffff:a00:9'), '203.0.113.5', 'a trusted hop written as hex-mapped is still trusted');
 });
 
 t.test('addressBlock: what per-IP rate limits count by (issue 31, finding 3)', async (t) => {
