@@ -128,5 +128,5 @@ export const CONFIG_DESCRIPTIONS: Record<string, string> = {
   [`${PROXY}.response_transforms[type=append_json].value`]: 'Expression over `tokens`, e.g. `{{ tokens.payment.card.id }}`.',
   [`${PROXY}.response_transforms[type=append_header].name`]: 'Response header to add.',
   [`${PROXY}.response_transforms[type=append_header].value`]: 'Expression over `tokens`, e.g. `{{ tokens.payment.card.id }}`.',
-  [`${PROXY}.leak_guard`]: 'A card number still in the outgoing body: `off`, `log` it, or `block` (`422 leak_detected`, nothing sent).',
+  [`${PROXY}.leak_guard`]: 'A card number still in the outgoing body (read in its charset and media type): `off`, `log` it, or `block` (`422 leak_detected`, nothing sent; a charset it cannot decode: `415`).',
 };
