@@ -91,3 +91,36 @@ t.test('addressBlock: what per-IP rate limits count by (issue 31, finding 3)', a
   t.not(addressBlock('2001:db8:1:2::1', 63), addressBlock('2001:db8:1:3::1', 63).replace('/63', '/64'), 'the prefix is part of the key');
   t.equal(addressBlock('2001:db8:1:2::1', 63), addressBlock('2001:db8:1:3::1', 63), '/63 spans ::2 and ::3');
 });
+
+t.test('addressBlock: addresses agree on their first `prefix` bits exactly when their blocks are equal', async (t) => {
+  const fc = (await import('fast-check')).default;
+  const { addressBlock } = await import('../../src/http/client-ip.js');
+  const words = fc.array(fc.integer({ min: 0, max: 0xffff }), { minLength: 8, maxLength: 8 });
+  const write = (w: number[], compress: boolean) => {
+    const full = w.map((x) => x.toString(16)).join(':');
+    // Compressed: the first run of zero hextets as `::` (any run is valid IPv6).
+    return compress ? full.replace(/(^|:)0(:0)+(:|$)/, '::') : full;
+  };
+  const sameBits = (a: number[], b: number[], bits: number) => {
+    for (let i = 0; i < 128 && i < bits; i++) {
+      const bit = (w: number[]) => (w[i >> 4]! >> (15 - (i & 15))) & 1;
+      if (bit(a) !== bit(b)) return false;
+    }
+    return true;
+  };
+  const notMapped = (w: number[]) => !(w.slice(0, 5).every((x) => x === 0) && w[5] === 0xffff);
+  fc.assert(
+    fc.property(words, words, fc.integer({ min: 1, max: 128 }), fc.integer({ min: 0, max: 128 }), fc.boolean(), (a, b0, prefix, keep, compress) => {
+      // b shares a's first `keep` bits, then has its own.
+      const b = b0.map((x, i) => {
+        const bits = Math.max(0, Math.min(16, keep - i * 16));
+        const mask = bits === 0 ? 0 : (0xffff << (16 - bits)) & 0xffff;
+        return (a[i]! & mask) | (x & ~mask & 0xffff);
+      });
+      fc.pre(notMapped(a) && notMapped(b));
+      return (addressBlock(write(a, compress), prefix) === addressBlock(write(b, !compress), prefix)) === sameBits(a, b, prefix);
+    }),
+    { seed: 20_261_125, numRuns: 20_000 },
+  );
+  t.pass('20,000 generated pairs of addresses and prefixes');
+});
