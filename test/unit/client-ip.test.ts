@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import t from 'tap';
 import { createClientIp, normalizeIp, parseCidr } from '../../src/http/client-ip.js';
 
@@ -93,7 +94,6 @@ t.test('addressBlock: what per-IP rate limits count by (issue 31, finding 3)', a
 });
 
 t.test('addressBlock: addresses agree on their first `prefix` bits exactly when their blocks are equal', async (t) => {
-  const fc = (await import('fast-check')).default;
   const { addressBlock } = await import('../../src/http/client-ip.js');
   const words = fc.array(fc.integer({ min: 0, max: 0xffff }), { minLength: 8, maxLength: 8 });
   const write = (w: number[], compress: boolean) => {
