@@ -180,3 +180,52 @@ t.test('LeakScanner: the same findings and verdict however a UTF-16 body is cut 
   t.equal(s.end(), 1);
   t.equal(s.undecodable, false);
 });
+
+/** A multipart/form-data body of `parts` (headers, body) with boundary `b`. */
+function multipart(b: string, parts: Array<[Record<string, string>, Buffer | string]>): Buffer {
+  const chunks: Buffer[] = [];
+  for (const [headers, body] of parts) {
+    chunks.push(Buffer.from(`--${b}\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n`), Buffer.from(body), Buffer.from('\r\n'));
+  }
+  chunks.push(Buffer.from(`--${b}--\r\n`));
+  return Buffer.concat(chunks);
+}
+
+t.test('multipart parts are read in their own charset and transfer encoding (block)', async (t) => {
+  const { s, up } = await start(t);
+  const B = 'xYzBoundary42';
+  const type = `multipart/form-data; boundary="${B}"`;
+  const disp = (n: string) => ({ 'Content-Disposition': `form-data; name="${n}"` });
+  const leaks: Array<[string, Buffer]> = [
+    ['a UTF-16LE part', multipart(B, [[disp('a'), 'x'], [{ ...disp('note'), 'Content-Type': 'text/plain; charset=utf-16le' }, utf16le(`card ${CARD}`)]])],
+    ['a UTF-16 part with a BOM', multipart(B, [[disp('note'), Buffer.concat([BOM_BE, utf16be(CARD)])]])],
+    ['a JSON part with \\u escapes', multipart(B, [[{ ...disp('j'), 'Content-Type': 'text/json' }, `{"n":"${jsonEscaped(CARD)}"}`]])],
+    ['a quoted-printable part', multipart(B, [[{ ...disp('q'), 'Content-Transfer-Encoding': 'quoted-printable' }, [...CARD].map((c) => `=${c.charCodeAt(0).toString(16).toUpperCase()}`).join('=\r\n')]])],
+    ['a base64 part', multipart(B, [[{ ...disp('b'), 'Content-Transfer-Encoding': 'BASE64' }, Buffer.from(`card ${CARD}`).toString('base64')]])],
+    ['a part without headers, nested in a base64 part', multipart(B, [[{ ...disp('m'), 'Content-Type': 'multipart/mixed; boundary=in', 'Content-Transfer-Encoding': 'base64' }, Buffer.from(`--in\r\n\r\n${CARD}\r\n--in--`).toString('base64')]])],
+    ['a nested multipart part', multipart(B, [[{ ...disp('m'), 'Content-Type': 'multipart/mixed; boundary=inner' }, multipart('inner', [[{ 'Content-Transfer-Encoding': 'base64' }, Buffer.from(CARD).toString('base64')]])]])],
+  ];
+  for (const [what, body] of leaks) {
+    t.equal(guard.countCardNumbers(body, 'raw'), 0, `${what}: the bytes as they are hold no card`);
+    assertProxyError(t, await send(s, KEY.block, type, body), 422, 'leak_detected', `${what}:`);
+  }
+  // A transfer encoding or charset the guard cannot decode, in a part: refused.
+  for (const [what, body] of [
+    ['x-uuencode', multipart(B, [[{ ...disp('u'), 'Content-Transfer-Encoding': 'x-uuencode' }, 'begin 644 x']])],
+    ['a utf-7 part', multipart(B, [[{ ...disp('u'), 'Content-Type': 'text/plain; charset=utf-7' }, '+ADQ-']])],
+  ] as Array<[string, Buffer]>) {
+    assertProxyError(t, await send(s, KEY.block, type, body), 415, 'unsupported_media_type', `${what}:`);
+  }
+  t.equal(up.received.length, 0, 'nothing forwarded');
+  // A plain card in a plain part is still found, once; clean parts of every kind pass.
+  assertProxyError(t, await send(s, KEY.block, type, multipart(B, [[disp('n'), `4242 4242 4242 4242`]])), 422, 'leak_detected', 'plain part:');
+  const clean = multipart(B, [
+    [disp('a'), 'hello'],
+    [{ ...disp('f'), 'Content-Type': 'application/octet-stream', 'Content-Transfer-Encoding': 'base64' }, Buffer.from('no digits here').toString('base64')],
+    [{ ...disp('u'), 'Content-Type': 'text/plain; charset=utf-16le' }, utf16le('ok – 12 items')],
+    [{ ...disp('q'), 'Content-Transfer-Encoding': 'quoted-printable' }, 'caf=C3=A9 =\r\nsoft'],
+  ]);
+  const r = await send(s, KEY.block, type, clean);
+  t.equal(r.status, 200, `clean multipart forwarded: ${r.text.slice(0, 200)}`);
+  t.same(up.received.at(-1)?.body, clean, 'byte for byte');
+});
