@@ -97,7 +97,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       metrics,
     });
     const detokenizer = new Detokenizer(store, tokens, { log });
-    const limits = RateLimitService.create(config.rate_limits, { log });
+    const limits = RateLimitService.create(config.rate_limits, { log, ipv6Prefix: config.server.ipv6_prefix });
     cleanups.push(() => limits.close());
     // The reactor host process starts only when some tenant has reactors (at start or at a
     // reload); the main process never loads isolated-vm itself.

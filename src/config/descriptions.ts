@@ -17,6 +17,7 @@ export const CONFIG_DESCRIPTIONS: Record<string, string> = {
   'server.body_limit_bytes': 'Largest request body of every route, counted while it streams; larger: `413 body_too_large`. Also the payload limit of reactors and transforms.',
   'server.max_depth': 'Deepest JSON nesting accepted, checked before parsing; deeper: `400 nesting_too_deep`.',
   'server.trust_proxy': 'CIDRs or addresses of load balancers whose `X-Forwarded-For` is believed (the client IP of per-IP rate limits).',
+  'server.ipv6_prefix': 'Per-IP rate limits count an IPv6 client by its network of this many bits (an IPv4 or IPv4-mapped client by its address). Needs a restart.',
   'server.request_timeout_ms': 'A whole request, headers and body, must arrive within this time.',
   'server.shutdown_grace_ms': 'On SIGTERM/SIGINT, how long requests in flight get to finish before they are cut.',
   'server.request_header_timeout_ms': "A new connection must send its first request's headers within this time or it is closed; at most `request_timeout_ms`.",
@@ -127,5 +128,5 @@ export const CONFIG_DESCRIPTIONS: Record<string, string> = {
   [`${PROXY}.response_transforms[type=append_json].value`]: 'Expression over `tokens`, e.g. `{{ tokens.payment.card.id }}`.',
   [`${PROXY}.response_transforms[type=append_header].name`]: 'Response header to add.',
   [`${PROXY}.response_transforms[type=append_header].value`]: 'Expression over `tokens`, e.g. `{{ tokens.payment.card.id }}`.',
-  [`${PROXY}.leak_guard`]: 'A card number still in the outgoing body: `off`, `log` it, or `block` (`422 leak_detected`, nothing sent).',
+  [`${PROXY}.leak_guard`]: 'A card number still in the outgoing body (read in its charset and media type): `off`, `log` it, or `block` (`422 leak_detected`, nothing sent; a charset it cannot decode: `415`).',
 };

@@ -199,6 +199,11 @@ export const configSchema = z.strictObject({
       max_depth: z.number().int().min(1).max(1000).default(64),
       /** CIDRs whose X-Forwarded-For is believed. */
       trust_proxy: z.array(z.string()).default([]),
+      /**
+       * Per-IP rate limits count an IPv6 client by its network of this many bits (issue 31: one
+       * host owns a /64 and rotating inside it passed every per-IP limit).
+       */
+      ipv6_prefix: z.number().int().min(1).max(128).default(64),
       request_timeout_ms: z.number().int().min(1000).default(60_000),
       /** On SIGTERM/SIGINT, requests in flight get this long to finish before they are cut. */
       shutdown_grace_ms: z.number().int().min(0).max(600_000).default(10_000),

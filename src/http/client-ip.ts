@@ -10,6 +10,10 @@
  *
  * IPv4-mapped IPv6 addresses (`::ffff:10.0.0.1`, what a dual-stack socket reports for IPv4 peers)
  * are matched as, and returned as, their IPv4 form, so one client has one counter.
+ *
+ * Per-IP rate limits count an IPv6 client by its network (`addressBlock`, issue 31): a host is
+ * usually given a whole /64 and may pick any address in it, so counting full addresses let one
+ * host rotate past every per-IP limit.
  */
 import { BlockList, isIP } from 'node:net';
 
@@ -23,10 +27,24 @@ export interface ParsedCidr {
 
 const MAPPED_V4 = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i;
 
-/** `::ffff:a.b.c.d` → `a.b.c.d`; other addresses unchanged. */
+/**
+ * `::ffff:a.b.c.d` → `a.b.c.d`, also when written in hex (`::ffff:c000:201`) or in full
+ * (`0:0:0:0:0:ffff:…`); other addresses unchanged.
+ */
 export function normalizeIp(address: string): string {
   const m = MAPPED_V4.exec(address);
-  return m ? m[1] : address;
+  if (m) return m[1];
+  if (!/ffff:/i.test(address)) return address;
+  const words = ipv6Words(address);
+  return words !== undefined && isMappedV4(words) ? mappedV4(words) : address;
+}
+
+function isMappedV4(w: readonly number[]): boolean {
+  return w[0] === 0 && w[1] === 0 && w[2] === 0 && w[3] === 0 && w[4] === 0 && w[5] === 0xffff;
+}
+
+function mappedV4(w: readonly number[]): string {
+  return `${w[6]! >> 8}.${w[6]! & 0xff}.${w[7]! >> 8}.${w[7]! & 0xff}`;
 }
 
 /** A CIDR (`10.0.0.0/8`, `fd00::/8`) or a single address; undefined when invalid. */
@@ -104,4 +122,48 @@ export function createClientIp(trustProxy: readonly string[]): ClientIpResolver 
     // Every hop is a trusted proxy: the left-most is the furthest one known.
     return client;
   };
+}
+
+/** The 8 hextets of an IPv6 address (zone id dropped, a dotted IPv4 tail read); undefined when not one. */
+function ipv6Words(address: string): number[] | undefined {
+  let a = address;
+  const zone = a.indexOf('%');
+  if (zone !== -1) a = a.slice(0, zone);
+  if (isIP(a) !== 6) return undefined;
+  const lastColon = a.lastIndexOf(':');
+  if (a.includes('.', lastColon)) {
+    // `…:1.2.3.4`: the IPv4 tail is the last two hextets.
+    const [b0, b1, b2, b3] = a.slice(lastColon + 1).split('.').map(Number) as [number, number, number, number];
+    a = `${a.slice(0, lastColon + 1)}${((b0 << 8) | b1).toString(16)}:${((b2 << 8) | b3).toString(16)}`;
+  }
+  const hex = (part: string) => (part === '' ? [] : part.split(':').map((h) => parseInt(h, 16)));
+  const gap = a.indexOf('::');
+  let words: number[];
+  if (gap === -1) words = hex(a);
+  else {
+    const head = hex(a.slice(0, gap));
+    const rest = hex(a.slice(gap + 2));
+    words = [...head, ...new Array<number>(Math.max(0, 8 - head.length - rest.length)).fill(0), ...rest];
+  }
+  return words.length === 8 ? words : undefined;
+}
+
+/**
+ * What per-IP rate limits count a client address by (issue 31): an IPv4 address (an IPv4-mapped
+ * IPv6 one, dotted or hex, counts as its IPv4 form) as it is; an IPv6 address as its network of
+ * `ipv6Prefix` bits (`server.ipv6_prefix`, default 64), written `<network hextets>/<prefix>`, so
+ * every address a host can choose inside its /64, however it is spelt, is one client. Anything
+ * else (no address) is returned unchanged.
+ */
+export function addressBlock(address: string, ipv6Prefix: number): string {
+  if (!address.includes(':')) return address;
+  const words = ipv6Words(address);
+  if (words === undefined) return address;
+  if (isMappedV4(words)) return mappedV4(words);
+  const out: string[] = [];
+  for (let i = 0, bits = ipv6Prefix; i < 8 && bits > 0; i++, bits -= 16) {
+    const mask = bits >= 16 ? 0xffff : (0xffff << (16 - bits)) & 0xffff;
+    out.push((words[i]! & mask).toString(16));
+  }
+  return `${out.join(':')}/${ipv6Prefix}`;
 }

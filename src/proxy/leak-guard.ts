@@ -7,16 +7,22 @@
  * than 19 digits is a longer number, not a card; digits glued to letters still count
  * (`card4242…`).
  *
- * The bytes are scanned as the destination will read them (`LeakScanner`): in a JSON body the
- * string escapes are decoded first (`"\u0034\u0032…"` is a card), in a form body the
- * percent-escapes (`%34%32…`, and `%20` is a space); other bodies are scanned as they are. A
- * UUID (8-4-4-4-12 hex digits, the shape of every token id) is not a card however its digits
- * fall: it is taken out before the digits are looked at, so a body full of token ids does not
- * trip a blocking guard now and then.
+ * The bytes are scanned as the destination will read them (`LeakScanner`). First the charset
+ * (issue 31): a body in UTF-16 (by its `charset` parameter, by a byte order mark, or, for JSON,
+ * by the NUL bytes RFC 4627 §3 detects it by) or in a legacy multibyte charset is decoded first,
+ * so its digits are seen as the destination sees them; a charset that cannot be decoded marks the
+ * scan `undecodable` (a blocking proxy refuses the body). Then the media type: in any JSON type
+ * (`application/json`, `text/json`, `…+json`, JSON lines) the string escapes are decoded
+ * (`"\u0034\u0032…"` is a card), in a form body the percent-escapes (`%34%32…`, and `%20` is a
+ * space); other bodies are scanned as they are. A buffered multipart body is also scanned part by
+ * part, each by its own transfer encoding and content type (`scanBodyYielding`). A UUID (8-4-4-4-12 hex digits, the shape of every
+ * token id) is not a card however its digits fall: it is taken out before the digits are looked
+ * at, so a body full of token ids does not trip a blocking guard now and then.
  *
- * Streaming: `push` takes chunks as they pass and keeps the state of a run (and of an escape or a
- * UUID candidate) that straddles two chunks, so a pass-through body is scanned without being
- * buffered. Nothing about a finding but its count leaves this module: never the digits.
+ * Streaming: `push` takes chunks as they pass and keeps the state of a run (and of an escape, a
+ * UUID candidate or a character) that straddles two chunks, so a pass-through body is scanned
+ * without being buffered. Nothing about a finding but its count leaves this module: never the
+ * digits.
  */
 import { luhnValid } from '../vault/card.js';
 
@@ -121,12 +127,92 @@ function isCardNumber(digits: string): boolean {
 /** How a body's bytes are decoded before the scan: by its media type. */
 export type BodyEncoding = 'json' | 'form' | 'raw';
 
-/** `json` for application/json and +json, `form` for x-www-form-urlencoded, else `raw`. */
+/** JSON lines types: each line is a JSON text, with the same string escapes. */
+const JSON_LINES = new Set(['application/x-ndjson', 'application/ndjson', 'application/jsonl', 'application/x-jsonlines', 'application/json-seq']);
+
+/**
+ * `json` for every JSON media type (issue 31: `text/json` reached the destination with its
+ * escapes unread): a subtype `json` or `x-json` under any type, a `+json` suffix (RFC 6839), JSON
+ * lines. `form` for x-www-form-urlencoded, else `raw`.
+ */
 export function bodyEncoding(mediaType: string): BodyEncoding {
   const t = mediaType.split(';')[0]!.trim().toLowerCase();
-  if (t === 'application/json' || (t.startsWith('application/') && t.endsWith('+json'))) return 'json';
+  const sub = t.slice(t.indexOf('/') + 1);
+  if (t.includes('/') && (sub === 'json' || sub === 'x-json' || sub.endsWith('+json') || JSON_LINES.has(t))) return 'json';
   if (t === 'application/x-www-form-urlencoded') return 'form';
   return 'raw';
+}
+
+/** What the scan needs to know of a Content-Type: see `scanType`. */
+export interface ScanType {
+  encoding: BodyEncoding;
+  /** The `charset` parameter, trimmed, unquoted, lower case; undefined without one. */
+  charset: string | undefined;
+  /** More than one `charset` parameter, and they differ: the destination may take either. */
+  conflictingCharsets: boolean;
+  /** A text type (JSON, form, `text/*`, or no type at all): a byte order mark decides its charset. */
+  sniff: boolean;
+  /** The `boundary` of a multipart type: a buffered body's parts are scanned each as its own headers say. */
+  boundary?: string | undefined;
+}
+
+/** The scan of a body sent with this Content-Type header value ('' for none). */
+export function scanType(contentType: string): ScanType {
+  const [type = '', ...params] = contentType.split(';');
+  const media = type.trim().toLowerCase();
+  const encoding = bodyEncoding(media);
+  const charsets = new Set<string>();
+  let boundary: string | undefined;
+  for (const p of params) {
+    const eq = p.indexOf('=');
+    if (eq === -1) continue;
+    const name = p.slice(0, eq).trim().toLowerCase();
+    let v = p.slice(eq + 1).trim();
+    if (v.length >= 2 && v.startsWith('"') && v.endsWith('"')) v = v.slice(1, -1);
+    if (name === 'charset') charsets.add(v.trim().toLowerCase());
+    else if (name === 'boundary' && media.startsWith('multipart/') && boundary === undefined && v.length > 0) boundary = v;
+  }
+  const [charset] = charsets;
+  return { encoding, charset, conflictingCharsets: charsets.size > 1, sniff: encoding !== 'raw' || media === '' || media.startsWith('text/'), boundary };
+}
+
+const RAW_TYPE: ScanType = { encoding: 'raw', charset: undefined, conflictingCharsets: false, sniff: false };
+
+function asScanType(type: BodyEncoding | ScanType): ScanType {
+  return typeof type === 'string' ? { ...RAW_TYPE, encoding: type } : type;
+}
+
+/**
+ * Charsets whose bytes are scanned as they are: UTF-8 and the single-byte charsets (every one
+ * WHATWG knows is ASCII-compatible, and no byte over 0x7F stands for a digit, space, dash or `+`).
+ * A UTF-8 decoder never swallows an ASCII byte into a malformed sequence, so the bytes are what
+ * the destination reads whether or not they are valid.
+ */
+const AS_BYTES = new Set([
+  'utf-8', 'ibm866', 'iso-8859-2', 'iso-8859-3', 'iso-8859-4', 'iso-8859-5', 'iso-8859-6', 'iso-8859-7', 'iso-8859-8',
+  'iso-8859-8-i', 'iso-8859-10', 'iso-8859-13', 'iso-8859-14', 'iso-8859-15', 'iso-8859-16', 'koi8-r', 'koi8-u',
+  'macintosh', 'windows-874', 'windows-1250', 'windows-1251', 'windows-1252', 'windows-1253', 'windows-1254',
+  'windows-1255', 'windows-1256', 'windows-1257', 'windows-1258', 'x-mac-cyrillic',
+]);
+
+/** `bytes`, or the name of a WHATWG encoding to decode the body with. */
+type Charset = 'bytes' | string;
+
+/**
+ * The encoding a charset label names, as TextDecoder resolves labels (WHATWG Encoding), or null
+ * for one it cannot decode (UTF-7, UTF-32, EBCDIC, the `replacement` labels such as iso-2022-kr,
+ * an unknown name). `both`: a UTF-16 label without a byte order (`utf-16`, `ucs-2`, `unicode`):
+ * WHATWG reads it little-endian, RFC 2781 big-endian, so without a BOM it is read both ways.
+ */
+function resolveCharset(label: string): { charset: Charset; both: boolean } | null {
+  let encoding: string;
+  try {
+    encoding = new TextDecoder(label).encoding;
+  } catch {
+    return null;
+  }
+  if (AS_BYTES.has(encoding)) return { charset: 'bytes', both: false };
+  return { charset: encoding, both: encoding === 'utf-16le' && label !== 'utf-16le' };
 }
 
 const BACKSLASH = 0x5c;
@@ -354,36 +440,214 @@ function isUuidAt(buf: Uint8Array, i: number): boolean {
 }
 
 /**
- * The leak guard's scan of one body: decoded as its media type says (`bodyEncoding`), UUIDs taken
- * out, then the card-number scan. Streaming, like CardScanner.
+ * Decodes a body in a charset that is not read byte for byte (UTF-16, legacy multibyte) with
+ * TextDecoder (fatal: a malformed body throws rather than being guessed at) into one byte per
+ * character: the character itself below U+0080, else one byte that is neither digit nor separator
+ * (ends a run). A character split across chunks is kept by the decoder until it is whole. A byte
+ * order mark of its own encoding at the start is dropped.
  */
-export class LeakScanner {
-  private readonly decoder: Decoder;
-  private readonly uuids = new UuidMasker();
-  private readonly cards = new CardScanner();
+class CharsetDecoder implements Decoder {
+  private readonly decoder: TextDecoder;
 
-  constructor(encoding: BodyEncoding = 'raw') {
-    this.decoder = encoding === 'json' ? new JsonEscapeDecoder() : encoding === 'form' ? new FormDecoder() : identity;
+  constructor(encoding: string) {
+    this.decoder = new TextDecoder(encoding, { fatal: true });
   }
 
-  get findings(): number {
-    return this.cards.findings;
+  push(chunk: Uint8Array): Uint8Array {
+    return narrow(this.decoder.decode(chunk, { stream: true }));
   }
 
-  push(chunk: Uint8Array): void {
-    this.cards.push(this.uuids.push(this.decoder.push(chunk)));
-  }
-
-  end(): number {
-    this.cards.push(this.uuids.push(this.decoder.end()));
-    this.cards.push(this.uuids.end());
-    return this.cards.end();
+  end(): Uint8Array {
+    return narrow(this.decoder.decode());
   }
 }
 
-/** Card numbers in a whole body, decoded per `encoding` (see LeakScanner). */
-export function countCardNumbers(body: Uint8Array, encoding: BodyEncoding = 'raw'): number {
-  const s = new LeakScanner(encoding);
+function narrow(text: string): Uint8Array {
+  const out = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    out[i] = c < 0x80 ? c : OTHER;
+  }
+  return out;
+}
+
+/** One way of reading the body: a charset, then the media type's escapes, UUIDs out, the card scan. */
+class Reading {
+  /** Null for a body read byte for byte. */
+  private readonly decoder: Decoder | null;
+  private readonly escapes: Decoder;
+  private readonly uuids = new UuidMasker();
+  private readonly cards = new CardScanner();
+  /** The charset decoder threw: the body is not in this charset. */
+  failed = false;
+
+  constructor(
+    readonly charset: Charset,
+    encoding: BodyEncoding,
+    readonly group: number,
+  ) {
+    this.decoder = charset === 'bytes' ? null : new CharsetDecoder(charset);
+    this.escapes = encoding === 'json' ? new JsonEscapeDecoder() : encoding === 'form' ? new FormDecoder() : identity;
+  }
+
+  get findings(): number {
+    return this.failed ? 0 : this.cards.findings;
+  }
+
+  push(chunk: Uint8Array): void {
+    if (this.failed) return;
+    let text = chunk;
+    if (this.decoder !== null) {
+      try {
+        text = this.decoder.push(chunk);
+      } catch {
+        this.failed = true;
+        return;
+      }
+    }
+    this.cards.push(this.uuids.push(this.escapes.push(text)));
+  }
+
+  end(): void {
+    if (this.failed) return;
+    if (this.decoder !== null) {
+      let rest: Uint8Array;
+      try {
+        rest = this.decoder.end();
+      } catch {
+        this.failed = true;
+        return;
+      }
+      if (rest.length > 0) this.cards.push(this.uuids.push(this.escapes.push(rest)));
+    }
+    const escaped = this.escapes.end();
+    if (escaped.length > 0) this.cards.push(this.uuids.push(escaped));
+    this.cards.push(this.uuids.end());
+    this.cards.end();
+  }
+}
+
+/** Bytes a byte order mark and RFC 4627's detection look at. */
+const SNIFF = 4;
+
+/**
+ * The leak guard's scan of one body: read in every charset the destination may decode it in (see
+ * `readings`), each reading decoded as its media type says (`bodyEncoding`), UUIDs taken out,
+ * then the card-number scan; the findings are those of the reading that finds the most. Streaming,
+ * like CardScanner. `undecodable` after `end()`: the body is in a charset the guard cannot decode
+ * (unknown label, UTF-32, or bytes that are not valid in the charset it declares or its BOM
+ * shows), so the findings may miss what the destination reads.
+ */
+export class LeakScanner {
+  private readonly type: ScanType;
+  /** The first bytes, held until there are enough to look for a byte order mark. */
+  private head: Uint8Array | null = EMPTY;
+  private list: Reading[] = [];
+  private unknownCharset = false;
+
+  constructor(type: BodyEncoding | ScanType = 'raw') {
+    this.type = asScanType(type);
+    if (!this.type.sniff && this.type.charset === undefined && !this.type.conflictingCharsets) this.start(EMPTY);
+  }
+
+  get findings(): number {
+    let n = 0;
+    for (const r of this.list) n = Math.max(n, r.findings);
+    return n;
+  }
+
+  /** See the class comment; meaningful after `end()`. */
+  get undecodable(): boolean {
+    if (this.unknownCharset) return true;
+    // A group is one charset the destination reads the body in (a UTF-16 label without a byte
+    // order is one group of two readings): undecodable when every reading of a group failed.
+    const groups = new Map<number, boolean>();
+    for (const r of this.list) groups.set(r.group, (groups.get(r.group) ?? true) && r.failed);
+    for (const failed of groups.values()) if (failed) return true;
+    return false;
+  }
+
+  push(chunk: Uint8Array): void {
+    if (this.head !== null) {
+      const held = this.head.length === 0 ? chunk : concat(this.head, chunk);
+      if (held.length < SNIFF) {
+        this.head = held.length === chunk.length ? Uint8Array.from(held) : held;
+        return;
+      }
+      this.start(held);
+      return;
+    }
+    for (const r of this.list) r.push(chunk);
+  }
+
+  end(): number {
+    if (this.head !== null) this.start(this.head);
+    for (const r of this.list) r.end();
+    return this.findings;
+  }
+
+  /** Decides the readings from the first bytes and feeds them those bytes. */
+  private start(first: Uint8Array): void {
+    this.head = null;
+    const { encoding } = this.type;
+    let group = 0;
+    const add = (charset: Charset, g: number) => {
+      for (const r of this.list) if (r.charset === charset) return;
+      this.list.push(new Reading(charset, encoding, g));
+    };
+    // The bytes as they are: the reading when nothing says otherwise (UTF-8), and always one more,
+    // so a body that fails its declared charset is still scanned (for `log`) the same way
+    // however it was cut into chunks.
+    add('bytes', group++);
+    const { charset, conflictingCharsets } = this.type;
+    if (conflictingCharsets) this.unknownCharset = true;
+    if (charset !== undefined) {
+      const resolved = resolveCharset(charset);
+      if (resolved === null) this.unknownCharset = true;
+      else if (!resolved.both) add(resolved.charset, group++);
+      else if (first[0] === 0xfe && first[1] === 0xff) add('utf-16be', group++);
+      else if (first[0] === 0xff && first[1] === 0xfe) add('utf-16le', group++);
+      else {
+        add('utf-16le', group);
+        add('utf-16be', group++);
+      }
+    }
+    if (this.type.sniff) {
+      const sniffed = sniffCharset(first, encoding === 'json');
+      if (sniffed === null) this.unknownCharset = true;
+      else if (sniffed !== undefined) add(sniffed, group++);
+    }
+    if (first.length > 0) for (const r of this.list) r.push(first);
+  }
+}
+
+/**
+ * The charset the first bytes show: a byte order mark (WHATWG's decode lets it override the
+ * label), or for JSON without one, the NULs of UTF-16/UTF-32 text that starts with ASCII (RFC
+ * 4627 §3; parsers such as Jackson still detect it). Null for UTF-32, which the guard cannot
+ * decode; undefined when they show nothing.
+ */
+function sniffCharset(b: Uint8Array, json: boolean): Charset | null | undefined {
+  if (b[0] === 0xef && b[1] === 0xbb && b[2] === 0xbf) return 'bytes';
+  if (b[0] === 0xff && b[1] === 0xfe) return b[2] === 0 && b[3] === 0 ? null : 'utf-16le';
+  if (b[0] === 0xfe && b[1] === 0xff) return 'utf-16be';
+  if (b[0] === 0 && b[1] === 0 && b[2] === 0xfe && b[3] === 0xff) return null;
+  if (!json || b.length < 2) return undefined;
+  if (b[0] === 0) return b[1] === 0 ? null : 'utf-16be';
+  if (b[1] === 0) return b.length >= 4 && b[2] === 0 && b[3] === 0 ? null : 'utf-16le';
+  return undefined;
+}
+
+function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}
+
+/** Card numbers in a whole body, decoded per `type` (see LeakScanner). */
+export function countCardNumbers(body: Uint8Array, type: BodyEncoding | ScanType = 'raw'): number {
+  const s = new LeakScanner(type);
   s.push(body);
   return s.end();
 }
@@ -391,16 +655,124 @@ export function countCardNumbers(body: Uint8Array, encoding: BodyEncoding = 'raw
 /** How much of a buffered body is scanned before other work gets the event loop. */
 const SLICE = 64 * 1024;
 
+/** What the scan of a whole body found (see LeakScanner). */
+export interface ScanResult {
+  findings: number;
+  undecodable: boolean;
+}
+
 /**
- * countCardNumbers for a buffered body, in slices with the event loop let go between them: a
- * 5 MB body of short digit groups takes a few hundred ms to scan, which no other request should
- * wait for in one piece.
+ * The scan of a buffered body, in slices with the event loop let go between them: a 5 MB body of
+ * short digit groups takes a few hundred ms to scan, which no other request should wait for in
+ * one piece. A multipart body is also scanned part by part (`scanParts`): its findings are the
+ * larger of the two.
  */
-export async function countCardNumbersYielding(body: Uint8Array, encoding: BodyEncoding = 'raw'): Promise<number> {
-  const s = new LeakScanner(encoding);
+export async function scanBodyYielding(body: Uint8Array, type: BodyEncoding | ScanType = 'raw'): Promise<ScanResult> {
+  return scanYielding(body, asScanType(type), 0);
+}
+
+async function scanYielding(body: Uint8Array, type: ScanType, depth: number): Promise<ScanResult> {
+  const s = new LeakScanner(type);
   for (let i = 0; i < body.length; i += SLICE) {
     if (i > 0) await new Promise<void>((resolve) => setImmediate(resolve));
     s.push(body.subarray(i, i + SLICE));
   }
-  return s.end();
+  const whole = { findings: s.end(), undecodable: s.undecodable };
+  if (type.boundary === undefined) return whole;
+  const parts = await scanParts(body, type.boundary, depth);
+  return { findings: Math.max(whole.findings, parts.findings), undecodable: whole.undecodable || parts.undecodable };
+}
+
+/** Multipart bodies inside multipart bodies are read this deep; deeper ones are scanned as bytes. */
+const MAX_MULTIPART_DEPTH = 4;
+
+/**
+ * Scans each part of a multipart body (RFC 2046 §5.1) as a destination's parser decodes it: by the
+ * part's `Content-Transfer-Encoding` (`base64` and `quoted-printable` decoded; `7bit`, `8bit`,
+ * `binary` or none as they are; any other is undecodable) and then its own `Content-Type` (charset,
+ * JSON, form, a nested multipart), as a body of its own. A body that does not parse as multipart
+ * adds nothing (the whole-body scan stands).
+ */
+async function scanParts(body: Uint8Array, boundary: string, depth: number): Promise<ScanResult> {
+  if (depth >= MAX_MULTIPART_DEPTH) return { findings: 0, undecodable: false };
+  const buf = Buffer.from(body.buffer, body.byteOffset, body.length);
+  const delimiter = Buffer.from(`--${boundary}`);
+  let findings = 0;
+  let undecodable = false;
+  let at = buf.indexOf(delimiter);
+  while (at !== -1) {
+    let start = at + delimiter.length;
+    if (buf[start] === 0x2d && buf[start + 1] === 0x2d) break; // the close delimiter
+    // The rest of the delimiter line (transport padding), then the part.
+    const eol = buf.indexOf(0x0a, start);
+    if (eol === -1) break;
+    start = eol + 1;
+    let next = buf.indexOf(delimiter, start);
+    if (next === -1) next = buf.length;
+    // The CRLF before the next delimiter belongs to it.
+    let end = next;
+    if (end > start && buf[end - 1] === 0x0a) end--;
+    if (end > start && buf[end - 1] === 0x0d) end--;
+    const part = buf.subarray(start, end);
+    const r = await scanPart(part, depth);
+    findings += r.findings;
+    undecodable ||= r.undecodable;
+    at = next === buf.length ? -1 : next;
+  }
+  return { findings, undecodable };
+}
+
+async function scanPart(part: Buffer, depth: number): Promise<ScanResult> {
+  let split = part.indexOf('\r\n\r\n');
+  let bodyStart = split + 4;
+  // A part without headers starts with the empty line.
+  if (part[0] === 0x0d && part[1] === 0x0a) [split, bodyStart] = [0, 2];
+  else if (part[0] === 0x0a) [split, bodyStart] = [0, 1];
+  else if (split === -1) {
+    split = part.indexOf('\n\n');
+    bodyStart = split + 2;
+  }
+  if (split === -1) return { findings: 0, undecodable: false };
+  let contentType = '';
+  let transfer = '';
+  // Header lines; a folded line (starting with white space) continues the one before.
+  for (const line of part.toString('latin1', 0, split).replace(/\r?\n[ \t]+/g, ' ').split(/\r?\n/)) {
+    const colon = line.indexOf(':');
+    if (colon === -1) continue;
+    const name = line.slice(0, colon).trim().toLowerCase();
+    if (name === 'content-type') contentType = line.slice(colon + 1).trim();
+    else if (name === 'content-transfer-encoding') transfer = line.slice(colon + 1).trim().toLowerCase();
+  }
+  let content: Uint8Array = part.subarray(bodyStart);
+  if (transfer === 'base64') content = Buffer.from(part.toString('latin1', bodyStart), 'base64');
+  else if (transfer === 'quoted-printable') content = decodeQuotedPrintable(part.subarray(bodyStart));
+  else if (transfer !== '' && transfer !== '7bit' && transfer !== '8bit' && transfer !== 'binary') return { findings: 0, undecodable: true };
+  return scanYielding(content, scanType(contentType), depth + 1);
+}
+
+/** Quoted-printable (RFC 2045 §6.7): `=XX` is the byte XX, `=` at a line end a soft break; anything else as written. */
+function decodeQuotedPrintable(b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(b.length);
+  let o = 0;
+  for (let i = 0; i < b.length; i++) {
+    const c = b[i]!;
+    if (c !== 0x3d) {
+      out[o++] = c;
+      continue;
+    }
+    const h = hexValue(b[i + 1]);
+    const l = hexValue(b[i + 2]);
+    if (h >= 0 && l >= 0) {
+      out[o++] = (h << 4) | l;
+      i += 2;
+      continue;
+    }
+    // A soft line break: `=`, optional trailing white space, then CRLF or LF.
+    let j = i + 1;
+    while (b[j] === 0x20 || b[j] === 0x09) j++;
+    if (b[j] === 0x0d && b[j + 1] === 0x0a) i = j + 1;
+    else if (b[j] === 0x0a) i = j;
+    else out[o++] = c;
+  }
+  return out.subarray(0, o);
 }

@@ -23,7 +23,7 @@ import { ProxyBody } from './body.js';
 import type { CompiledProxy } from './compile.js';
 import { destinationPath, PROXY_KEY_PARAM, splitProxyTarget } from './destination.js';
 import { outgoingHeaders, responseHeaders } from './headers.js';
-import { bodyEncoding, countCardNumbersYielding, LeakScanner } from './leak-guard.js';
+import { LeakScanner, scanBodyYielding, scanType } from './leak-guard.js';
 import { refuseMethod } from './methods.js';
 import { ProxyTransforms, type TransformContext } from './transforms.js';
 import type { UseResolver } from './detokenize-request.js';
@@ -148,7 +148,7 @@ export class ProxyService {
       if (length !== undefined) headers['content-length'] = length;
       body = req;
       if (entry.proxy.config.leak_guard === 'log') {
-        const scanner = new LeakScanner(bodyEncoding(mediaType(req)));
+        const scanner = new LeakScanner(scanType(headerText(req.headers['content-type'])));
         body = req.pipe(
           new Transform({
             transform(chunk: Buffer, _enc, cb) {
@@ -157,6 +157,7 @@ export class ProxyService {
             },
             flush: (cb) => {
               this.leakFound(ctx, entry, scanner.end(), false);
+              if (scanner.undecodable) this.undecodable(ctx, entry, false);
               cb();
             },
           }),
@@ -209,8 +210,9 @@ export class ProxyService {
       // Scanned as the destination will decode it: by the Content-Type it is sent with. Card
       // numbers a detokenize step put in on purpose are not findings: it checks the body before.
       const scanned = outcome.beforeDetokenize ?? bytes;
-      const findings = await countCardNumbersYielding(scanned, bodyEncoding(headerText(outcome.headers['content-type'])));
-      this.leakFound(ctx, entry, findings, proxy.config.leak_guard === 'block');
+      const scan = await scanBodyYielding(scanned, scanType(headerText(outcome.headers['content-type'])));
+      this.leakFound(ctx, entry, scan.findings, proxy.config.leak_guard === 'block');
+      if (scan.undecodable) this.undecodable(ctx, entry, proxy.config.leak_guard === 'block');
     }
     // Every token of every tokenize step in one all-or-nothing write, before anything leaves.
     if (outcome.prepared.length > 0) await this.opts.tokens.commit(outcome.prepared);
@@ -288,6 +290,23 @@ export class ProxyService {
     );
     if (block) {
       throw new ServiceError('leak_detected', { detail: 'The outgoing body contains a card number in plaintext; nothing was forwarded' });
+    }
+  }
+
+  /**
+   * The body is in a charset the leak guard cannot decode (issue 31): its scan may miss what the
+   * destination reads. `block` refuses it; `log` forwards it and says so. The label is not logged
+   * (it is the sender's text).
+   */
+  private undecodable(ctx: Context, entry: Entry, block: boolean): void {
+    ctx.log.warn(
+      { proxy: entry.proxy.config.id, undecodable: true, action: block ? 'blocked' : 'forwarded' },
+      'leak guard: the body is in a charset the guard cannot decode',
+    );
+    if (block) {
+      throw new ServiceError('unsupported_media_type', {
+        detail: 'The leak guard cannot decode the body\'s charset (it decodes UTF-8, UTF-16 and the WHATWG encodings; not UTF-7, UTF-32 or malformed text); nothing was forwarded',
+      });
     }
   }
 

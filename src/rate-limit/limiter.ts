@@ -32,6 +32,7 @@
  */
 import type { Cluster, Redis } from 'ioredis';
 import cluster from 'node:cluster';
+import { addressBlock } from '../http/client-ip.js';
 import { createRedisClient } from '../redis/connect.js';
 import { RateLimiterCluster, RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import type { Config, RateRuleOverride } from '../config/schema.js';
@@ -83,6 +84,8 @@ export interface RateLimitServiceOptions {
   redis?: Redis | Cluster;
   /** Store failures are logged at most once per this interval (default 10 s). */
   failureLogIntervalMs?: number;
+  /** `server.ipv6_prefix`: per-IP rules count an IPv6 client by its network of this many bits (default 64). */
+  ipv6Prefix?: number;
 }
 
 export interface RateLimitStats {
@@ -141,16 +144,17 @@ type Outcome = AnyOutcome<CompiledRule>;
 const TIMED_OUT: unique symbol = Symbol('timed out');
 const TIMEOUT_ERROR = new Error('rate-limit store timed out');
 
-function counterIdentity(counter: Counter, s: RateLimitSubject): string | undefined {
+/** `client`: the subject's client address as per-IP rules count it (`addressBlock`). */
+function counterIdentity(counter: Counter, s: RateLimitSubject, client: string): string | undefined {
   switch (counter) {
     case 'api_key':
       return s.apiKeyId;
     case 'api_key_ip':
-      return s.apiKeyId === undefined ? undefined : `${s.apiKeyId}|${s.clientIp}`;
+      return s.apiKeyId === undefined ? undefined : `${s.apiKeyId}|${client}`;
     case 'proxy_key':
       return s.proxyKeyId;
     case 'ip':
-      return s.clientIp;
+      return client;
   }
 }
 
@@ -171,6 +175,7 @@ export class RateLimitService {
     redis: Redis | Cluster | undefined,
     ownsRedis: boolean,
     failureLogIntervalMs: number,
+    private readonly ipv6Prefix: number,
   ) {
     this.health = new StoreHealth(log, cfg.on_store_error, failureLogIntervalMs);
     this.redis = redis;
@@ -190,15 +195,16 @@ export class RateLimitService {
 
   static create(cfg: RateLimitConfig, opts: RateLimitServiceOptions): RateLimitService {
     const interval = opts.failureLogIntervalMs ?? 10_000;
+    const prefix = opts.ipv6Prefix ?? 64;
     if (!cfg.enabled || cfg.store === 'memory') {
-      return new RateLimitService(cfg, opts.log, undefined, false, interval);
+      return new RateLimitService(cfg, opts.log, undefined, false, interval, prefix);
     }
-    if (opts.redis) return new RateLimitService(cfg, opts.log, opts.redis, false, interval);
+    if (opts.redis) return new RateLimitService(cfg, opts.log, opts.redis, false, interval, prefix);
     if (!cfg.url && !cfg.cluster && !cfg.sentinel) throw new Error('rate_limits.store is redis but none of rate_limits.url, cluster and sentinel is set');
     // Our own fail-fast options on every topology: on a Cluster, enableOfflineQueue: false makes a
     // command for a shard whose connection is down fail at once (as on one node) instead of waiting.
     const client = createRedisClient(cfg, { ...RATE_LIMIT_REDIS_OPTIONS, lazyConnect: false });
-    const service = new RateLimitService(cfg, opts.log, client, true, interval);
+    const service = new RateLimitService(cfg, opts.log, client, true, interval, prefix);
     // Our own client: without a listener ioredis prints every failed reconnect attempt. A Cluster
     // reports a shard's connection errors as 'node error'.
     client.on('error', (err: Error) => service.health.connectionError(err));
@@ -227,9 +233,11 @@ export class RateLimitService {
 
     const rules: CompiledRule[] = [];
     const keys: string[] = [];
+    // Issue 31: an IPv6 client is counted by its /64 (or server.ipv6_prefix), not the full address.
+    const client = addressBlock(subject.clientIp, this.ipv6Prefix);
     for (let i = 0; i < n; i++) {
       const rule = candidates[i];
-      const id = counterIdentity(rule.counter, subject);
+      const id = counterIdentity(rule.counter, subject, client);
       if (id === undefined) continue; // the request carries nothing this rule counts by
       rules.push(rule);
       // The tenant is the hash tag: on a Cluster one tenant's counters share a slot, tenants spread

@@ -61,6 +61,7 @@ export const RULE_NAMES = [
   'test_tenant',
   'management_key',
   'public_key',
+  'public_key_total',
   'proxy_endpoint',
   'private_key',
   'listing_tokens',
@@ -107,6 +108,9 @@ export const RULES: readonly RuleDefinition[] = [
   { name: 'test_tenant', title: 'Test tenant', counter: 'api_key', match: { routes: LIMITED_ROUTES, testTenant: true } },
   { name: 'management_key', title: 'Management API key', counter: 'api_key', match: { routes: LIMITED_ROUTES, keyKinds: ['management'] } },
   { name: 'public_key', title: 'Public API key', counter: 'api_key_ip', match: { routes: LIMITED_ROUTES, keyKinds: ['public'] } },
+  // Not in the spec's tables (issue 31): public keys live in browser code and `public_key` counts
+  // per address, so without a ceiling one key could be used without bound from many addresses.
+  { name: 'public_key_total', title: 'Public API key, all addresses', counter: 'api_key', match: { routes: LIMITED_ROUTES, keyKinds: ['public'] } },
   { name: 'proxy_endpoint', title: 'Proxy endpoint', counter: 'proxy_key', match: { routes: ['proxy'] } },
   { name: 'private_key', title: 'Private API key', counter: 'api_key', match: { routes: LIMITED_ROUTES, keyKinds: ['private'] } },
   { name: 'listing_tokens', title: 'Listing tokens (GET /tokens, GET /tokens/search)', counter: 'api_key_ip', match: { routes: LISTING_ROUTES } },
@@ -146,6 +150,8 @@ export const TIERS: Readonly<Record<Tier, Readonly<Record<RuleName, RuleLimits>>
     test_tenant: throttle(50, 10),
     management_key: block(200, 60, 60),
     public_key: block(50, 10, 10),
+    // 10× public_key: generous for a key shared by every browser of a site, a bound for one abuser.
+    public_key_total: throttle(500, 10),
     proxy_endpoint: throttle(500, 10),
     private_key: throttle(1000, 10),
     listing_tokens: throttle(200, 10),
@@ -159,6 +165,7 @@ export const TIERS: Readonly<Record<Tier, Readonly<Record<RuleName, RuleLimits>>
     test_tenant: throttle(50, 10),
     management_key: block(400, 60, 60),
     public_key: block(100, 10, 10),
+    public_key_total: throttle(1000, 10),
     proxy_endpoint: throttle(1000, 10),
     private_key: throttle(2000, 10),
     listing_tokens: throttle(400, 10),

@@ -42,6 +42,7 @@ const SUBJECTS: Record<Exclude<RuleName, 'legacy_portal'>, Omit<Subject, 'tenant
   test_tenant: { route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'private', test: true },
   management_key: { route: 'management', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'management' },
   public_key: { route: 'tokenize', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'public' },
+  public_key_total: { route: 'tokenize', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'public' },
   proxy_endpoint: { route: 'proxy', clientIp: '192.0.2.1', proxyKeyId: 'p1' },
   private_key: { route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'private' },
   listing_tokens: { route: 'tokens.list', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'private' },

@@ -101,7 +101,12 @@ if (redis) {
       `${redis.prefix}rl:legacy_global:{${tenant.id}}:192.0.2.7`,
       `${redis.prefix}rl:legacy_tokens_create:{${tenant.id}}:192.0.2.7`,
       `${redis.prefix}rl:public_key:{${tenant.id}}:digest1|192.0.2.7`,
+      `${redis.prefix}rl:public_key_total:{${tenant.id}}:digest1`,
     ]);
+    // An IPv6 client is keyed by its /64 (issue 31), never the full address.
+    await a.check({ tenant, route: 'tokenize', clientIp: '2001:db8:1:2:aaaa:bbbb:cccc:dddd', apiKeyId: 'digest1', keyKind: 'public' });
+    const v6 = (await client.keys(`${redis.prefix}*`)).filter((k) => k.includes(tenant.id) && k.includes('2001'));
+    t.same(v6.sort(), [`${redis.prefix}rl:creating_tokens:{${tenant.id}}:digest1|2001:db8:1:2/64`, `${redis.prefix}rl:public_key:{${tenant.id}}:digest1|2001:db8:1:2/64`]);
   });
 
   t.test('a shared client passed in is used and not closed', async (t) => {

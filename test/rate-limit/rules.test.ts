@@ -80,7 +80,7 @@ const matching = (f: MatchFacts) => RULES.filter((r) => ruleMatches(r.match, f))
 
 t.test('what each rule applies to', async (t) => {
   t.same(matching(facts({ route: 'tokenize', keyKind: 'private' })), ['private_key', 'creating_tokens']);
-  t.same(matching(facts({ route: 'tokens.create', keyKind: 'public' })), ['public_key', 'creating_tokens']);
+  t.same(matching(facts({ route: 'tokens.create', keyKind: 'public' })), ['public_key', 'public_key_total', 'creating_tokens']);
   t.same(matching(facts({ route: 'tokens.list', keyKind: 'private' })), ['private_key', 'listing_tokens']);
   t.same(matching(facts({ route: 'tokens.search.get', keyKind: 'private' })), ['private_key', 'listing_tokens']);
   t.same(matching(facts({ route: 'tokens.search.post', keyKind: 'private' })), ['private_key']);
