@@ -3,7 +3,7 @@
  * with values out, for keys with token:read; and GET /logs, the audit trail, for management keys
  * with log:read (README "Audit trail").
  */
-import { findTokenIds, substituteJson } from '../detokenize/expressions.js';
+import { ExpressionScan } from '../detokenize/expressions.js';
 import type { Detokenizer } from '../detokenize/service.js';
 import { ServiceError } from '../errors.js';
 import type { Context, Route } from '../http/context.js';
@@ -81,8 +81,10 @@ export function detokenizeRoutes(detokenizer: Detokenizer, store: TokenStore): R
       method: 'POST', path: '/detokenize', group: 'tokens.read', auth: 'api', permission: 'token:read',
       handle: async (ctx) => {
         const body = await ctx.readJson();
-        const tokens = await detokenizer.resolveForRead(ctx.principal!, findTokenIds(body), { requestId: ctx.requestId, log: ctx.log });
-        sendJson(ctx.res, 200, substituteJson(body, tokens), ctx.headers);
+        // One scan, one budget; the render stops at the output bound and yields (issue 23).
+        const scan = new ExpressionScan().json(body);
+        const resolved = await detokenizer.resolveForRead(ctx.principal!, scan, { requestId: ctx.requestId, log: ctx.log });
+        sendJson(ctx.res, 200, (await scan.render(resolved)).json(body), ctx.headers);
       },
     },
     { method: 'GET', path: '/logs', group: 'management', auth: 'api', kinds: ['management'], permission: 'log:read', handle: logs },
