@@ -4,6 +4,7 @@
  * with log:read (README "Audit trail").
  */
 import { ExpressionScan } from '../detokenize/expressions.js';
+import { stringifyInTurns } from '../detokenize/serialize.js';
 import type { Detokenizer } from '../detokenize/service.js';
 import { ServiceError } from '../errors.js';
 import type { Context, Route } from '../http/context.js';
@@ -12,6 +13,9 @@ import type { AuditEvent, AuditFilter } from '../store/audit.js';
 import { InvalidCursorError } from '../store/factory.js';
 import { StoreUnavailableError, type TokenStore } from '../store/types.js';
 import { cursor, pageSize } from './paging.js';
+
+/** Answers with more values than this (bytes) are serialized in turns (detokenize/serialize.ts). */
+const LARGE_ANSWER = 256 * 1024;
 
 /** An event as GET /logs shows it. */
 function logView(e: AuditEvent): Record<string, unknown> {
@@ -84,7 +88,20 @@ export function detokenizeRoutes(detokenizer: Detokenizer, store: TokenStore): R
         // One scan, one budget; the render stops at the output bound and yields (issue 23).
         const scan = new ExpressionScan().json(body);
         const resolved = await detokenizer.resolveForRead(ctx.principal!, scan, { requestId: ctx.requestId, log: ctx.log });
-        sendJson(ctx.res, 200, (await scan.render(resolved)).json(body), ctx.headers);
+        const rendering = await scan.render(resolved);
+        const answer = rendering.json(body);
+        if (rendering.renderedBytes < LARGE_ANSWER) {
+          sendJson(ctx.res, 200, answer, ctx.headers);
+          return;
+        }
+        // Up to 5 MB of values: serialized in turns and sent as it comes (chunked), not held whole.
+        const res = ctx.res;
+        if (res.destroyed) return;
+        res.writeHead(200, { ...ctx.headers, 'content-type': 'application/json; charset=utf-8' });
+        await stringifyInTurns(answer, (piece) => {
+          if (!res.destroyed) res.write(piece);
+        });
+        res.end();
       },
     },
     { method: 'GET', path: '/logs', group: 'management', auth: 'api', kinds: ['management'], permission: 'log:read', handle: logs },

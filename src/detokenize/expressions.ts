@@ -414,6 +414,11 @@ export class Rendering {
   private readonly values = new Map<string, Value>();
   private bytes = 0;
 
+  /** About how many bytes of values were put in so far (UTF-16 units, exact near the bound). */
+  get renderedBytes(): number {
+    return this.bytes;
+  }
+
   constructor(private readonly scan: ExpressionScan, private readonly resolved: Resolved) {}
 
   /** `err` to a key with reveal on every token involved; else the one uniform problem. */
