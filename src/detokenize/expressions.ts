@@ -407,6 +407,8 @@ interface Value {
   value: unknown;
   /** The value as text (asText). */
   text: string;
+  /** Its UTF-8 length. */
+  bytes: number;
 }
 
 /** The values of a scan's expressions, and how they go into the request's parts. */
@@ -414,7 +416,7 @@ export class Rendering {
   private readonly values = new Map<string, Value>();
   private bytes = 0;
 
-  /** About how many bytes of values were put in so far (UTF-16 units, exact near the bound). */
+  /** How many bytes (UTF-8) of values were put in so far. */
   get renderedBytes(): number {
     return this.bytes;
   }
@@ -437,12 +439,11 @@ export class Rendering {
         if (err instanceof ServiceError && err.code === 'invalid_expression') throw this.refuse(err);
         throw err;
       }
-      v = { value, text: asText(value) };
+      const text = asText(value);
+      v = { value, text, bytes: Buffer.byteLength(text, 'utf8') };
       this.values.set(e.key, v);
     }
-    // UTF-8 is at most 3 bytes per UTF-16 unit: count exactly only near the bound.
-    const units = v.text.length * times;
-    this.bytes += this.bytes + units * 3 > MAX_OUTPUT_BYTES ? Buffer.byteLength(v.text, 'utf8') * times : units;
+    this.bytes += v.bytes * times;
     if (this.bytes > MAX_OUTPUT_BYTES) {
       throw this.refuse(new ServiceError('detokenized_output_too_large', {
         detail: `The values put into one request may add up to at most ${MAX_OUTPUT_BYTES} bytes; nothing was sent`,
