@@ -4,7 +4,7 @@
  * attacker and a client that polls GET /healthz run in a worker thread (their own event loop), so
  * monitorEventLoopDelay measures only the service's work.
  *
- *   node --no-node-snapshot --import tsx bench/detokenize-stall.ts [--rounds 3]
+ *   node --no-node-snapshot --import tsx bench/detokenize-stall.ts [--rounds 3] [--only reveal-5mb]
  *
  * Cases:
  *   baseline         one expression: the machine's own noise floor
@@ -29,7 +29,7 @@ import { buildConfig } from '../src/config/load.js';
 import { createLogger } from '../src/log.js';
 import { startService } from '../src/server.js';
 
-const { values: args } = parseArgs({ options: { rounds: { type: 'string', default: '3' } } });
+const { values: args } = parseArgs({ options: { rounds: { type: 'string', default: '3' }, only: { type: 'string' } } });
 const ROUNDS = Number(args.rounds);
 
 const TENANT = '11111111-1111-4111-8111-111111111111';
@@ -115,6 +115,7 @@ function attack(key: string, body: unknown): Promise<Outcome> {
 console.log(`POST /detokenize, ${ROUNDS} round(s) per case; body sizes: ${cases.map((c) => `${c.name} ${JSON.stringify(c.body).length} B`).join(', ')}`);
 console.log('case            status  answer (bytes)  request ms  worst loop delay ms  slowest /healthz ms');
 for (const c of cases) {
+  if (args.only !== undefined && c.name !== args.only) continue;
   for (let round = 0; round < ROUNDS; round++) {
     const h = monitorEventLoopDelay({ resolution: 1 });
     h.enable();

@@ -98,8 +98,18 @@ export function detokenizeRoutes(detokenizer: Detokenizer, store: TokenStore): R
         const res = ctx.res;
         if (res.destroyed) return;
         res.writeHead(200, { ...ctx.headers, 'content-type': 'application/json; charset=utf-8' });
+        // Waits for each piece to drain: pieces written ahead pile up and go out in one long writev.
         await stringifyInTurns(answer, (piece) => {
-          if (!res.destroyed) res.write(piece);
+          if (res.destroyed || res.write(piece)) return;
+          return new Promise<void>((resolve) => {
+            const done = () => {
+              res.off('drain', done);
+              res.off('close', done);
+              resolve();
+            };
+            res.on('drain', done);
+            res.on('close', done);
+          });
         });
         res.end();
       },

@@ -14,18 +14,19 @@ import { setImmediate as yieldToLoop } from 'node:timers/promises';
 const SLICE_MS = 10;
 const CHUNK = 64 * 1024;
 
-/** Writes the JSON text of `value` to `sink` in pieces, in turns. */
-export async function stringifyInTurns(value: unknown, sink: (piece: string) => void): Promise<void> {
+/** Writes the JSON text of `value` to `sink` in pieces, in turns; a sink's promise is awaited (back-pressure). */
+export async function stringifyInTurns(value: unknown, sink: (piece: string) => void | Promise<void>): Promise<void> {
   let parts: string[] = [];
   let size = 0;
   let slice = performance.now();
-  const flush = () => {
-    if (parts.length > 0) sink(parts.join(''));
+  const flush = async () => {
+    const piece = parts.join('');
     parts = [];
     size = 0;
+    if (piece !== '') await sink(piece);
   };
   const turn = async () => {
-    if (size >= CHUNK) flush();
+    if (size >= CHUNK) await flush();
     if (performance.now() - slice >= SLICE_MS) {
       await yieldToLoop();
       slice = performance.now();
@@ -60,5 +61,5 @@ export async function stringifyInTurns(value: unknown, sink: (piece: string) => 
     await turn();
   };
   await walk(value);
-  flush();
+  await flush();
 }

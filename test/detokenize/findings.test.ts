@@ -125,6 +125,14 @@ t.test('finding 2: bounded work on every carrier', async (t) => {
     t.equal(problemOf(revealed).code, 'detokenized_output_too_large');
   });
 
+  t.test('a large POST /detokenize answer (sent in pieces) is whole', async (t) => {
+    const long = await f.text('w'.repeat(4900));
+    const body = { a: Array.from({ length: 999 }, () => `{{ ${long} }}`), b: `x{{ ${id} | json: '$.number' }}` };
+    const r = await detokenize(f, KEYS.private, body);
+    t.equal(r.status, 200, r.text.slice(0, 200));
+    t.same(r.body, { a: Array.from({ length: 999 }, () => 'w'.repeat(4900)), b: `x${CARD}` });
+  });
+
   t.test('1,001 expressions in a form body are refused, nothing is sent', async (t) => {
     const raw = Array.from({ length: 1001 }, (_, i) => `f${i}=${encodeURIComponent(`{{ ${id} | json: '$.expiration_month' }}`)}`).join('&');
     const before = sent();

@@ -5,7 +5,9 @@ import { stringifyInTurns as inTurns } from '../../src/detokenize/serialize.js';
 
 async function stringifyInTurns(v: unknown): Promise<string> {
   const pieces: string[] = [];
-  await inTurns(v, (p) => pieces.push(p));
+  await inTurns(v, (p) => {
+    pieces.push(p);
+  });
   return pieces.join('');
 }
 
@@ -23,7 +25,9 @@ t.test('equal to JSON.stringify on random JSON (seeded)', async (t) => {
   const big = Array.from({ length: 2000 }, (_, i) => ({ [`k${i}`]: 'v'.repeat(2000) }));
   t.equal(await stringifyInTurns(big), JSON.stringify(big), '4 MB, in turns');
   const pieces: string[] = [];
-  await inTurns(big, (p) => pieces.push(p));
+  await inTurns(big, (p) => {
+    pieces.push(p);
+  });
   t.ok(pieces.length > 50, `handed out in pieces (${pieces.length})`);
   t.ok(pieces.every((p) => p.length < 80 * 1024), 'none much over 64 K characters');
 });
