@@ -52,6 +52,10 @@ export const catalogue = {
   unknown_filter: { status: 400, title: 'A detokenization expression uses an unknown filter' },
   too_many_expressions: { status: 400, title: 'Too many detokenization expressions in one request' },
   unknown_token: { status: 400, title: 'An expression names no usable token' },
+  // issue 23: the values of one request add up to at most 5 MB (a key with reveal on every token)
+  detokenized_output_too_large: { status: 413, title: 'The detokenized values of the request are too large' },
+  // issue 23: a key without reveal learns nothing of why (which filter, which header, the bound)
+  detokenized_value_refused: { status: 422, title: 'The values named in the request cannot be put into it' },
   // outbound proxy
   invalid_proxy_url: { status: 400, title: 'The SVC-PROXY-URL header is not a valid destination' },
   destination_not_allowed: { status: 403, title: 'The destination is not on the outbound allow-list' },

@@ -3,7 +3,8 @@
  * with values out, for keys with token:read; and GET /logs, the audit trail, for management keys
  * with log:read (README "Audit trail").
  */
-import { findTokenIds, substituteJson } from '../detokenize/expressions.js';
+import { ExpressionScan } from '../detokenize/expressions.js';
+import { stringifyInTurns } from '../detokenize/serialize.js';
 import type { Detokenizer } from '../detokenize/service.js';
 import { ServiceError } from '../errors.js';
 import type { Context, Route } from '../http/context.js';
@@ -12,6 +13,9 @@ import type { AuditEvent, AuditFilter } from '../store/audit.js';
 import { InvalidCursorError } from '../store/factory.js';
 import { StoreUnavailableError, type TokenStore } from '../store/types.js';
 import { cursor, pageSize } from './paging.js';
+
+/** Answers with more values than this (bytes) are serialized in turns (detokenize/serialize.ts). */
+const LARGE_ANSWER = 256 * 1024;
 
 /** An event as GET /logs shows it. */
 function logView(e: AuditEvent): Record<string, unknown> {
@@ -81,8 +85,33 @@ export function detokenizeRoutes(detokenizer: Detokenizer, store: TokenStore): R
       method: 'POST', path: '/detokenize', group: 'tokens.read', auth: 'api', permission: 'token:read',
       handle: async (ctx) => {
         const body = await ctx.readJson();
-        const tokens = await detokenizer.resolveForRead(ctx.principal!, findTokenIds(body), { requestId: ctx.requestId, log: ctx.log });
-        sendJson(ctx.res, 200, substituteJson(body, tokens), ctx.headers);
+        // One scan, one budget; the render stops at the output bound and yields (issue 23).
+        const scan = new ExpressionScan().json(body);
+        const resolved = await detokenizer.resolveForRead(ctx.principal!, scan, { requestId: ctx.requestId, log: ctx.log });
+        const rendering = await scan.render(resolved);
+        const answer = rendering.json(body);
+        if (rendering.renderedBytes < LARGE_ANSWER) {
+          sendJson(ctx.res, 200, answer, ctx.headers);
+          return;
+        }
+        // Up to 5 MB of values: serialized in turns and sent as it comes (chunked), not held whole.
+        const res = ctx.res;
+        if (res.destroyed) return;
+        res.writeHead(200, { ...ctx.headers, 'content-type': 'application/json; charset=utf-8' });
+        // Waits for each piece to drain: pieces written ahead pile up and go out in one long writev.
+        await stringifyInTurns(answer, (piece) => {
+          if (res.destroyed || res.write(piece)) return;
+          return new Promise<void>((resolve) => {
+            const done = () => {
+              res.off('drain', done);
+              res.off('close', done);
+              resolve();
+            };
+            res.on('drain', done);
+            res.on('close', done);
+          });
+        });
+        res.end();
       },
     },
     { method: 'GET', path: '/logs', group: 'management', auth: 'api', kinds: ['management'], permission: 'log:read', handle: logs },

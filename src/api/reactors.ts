@@ -10,7 +10,7 @@ import { ReactorArgsJson } from '../http/large-json.js';
 import { sendJson } from '../http/respond.js';
 import type { ReactorDefinition, ReactorRuntime } from '../reactors/runtime.js';
 import type { TokenService } from '../vault/service.js';
-import { findTokenIds, substituteJson } from '../detokenize/expressions.js';
+import { ExpressionScan } from '../detokenize/expressions.js';
 import type { Detokenizer } from '../detokenize/service.js';
 import { z } from 'zod';
 import type { RouteSchemas } from '../http/route-schema.js';
@@ -63,13 +63,14 @@ function isObject(v: unknown): v is Record<string, unknown> {
 
 /**
  * Expressions in `args` are detokenized before the reactor runs (README "Detokenization"): the
- * caller needs token:use on every token named; the reactor's answer is not scanned.
+ * caller needs token:use on every token named, and without reveal only the filters that tell
+ * nothing of the value (issue 23); the reactor's answer is not scanned.
  */
 async function detokenizeArgs(detokenizer: Detokenizer, ctx: Context, args: unknown): Promise<unknown> {
-  const ids = findTokenIds(args);
-  if (ids.length === 0) return substituteJson(args, new Map());
-  const tokens = await detokenizer.resolveForUse(ctx.principal!, ids, { action: 'reactor.args', requestId: ctx.requestId });
-  return substituteJson(args, tokens);
+  const scan = new ExpressionScan().json(args);
+  if (scan.ids.length === 0) return scan.renderSync({ tokens: new Map(), detailed: true }).json(args);
+  const resolved = await detokenizer.resolveForUse(ctx.principal!, scan, { action: 'reactor.args', requestId: ctx.requestId });
+  return (await scan.render(resolved)).json(args);
 }
 
 export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenService, detokenizer?: Detokenizer): Route[] {

@@ -150,3 +150,24 @@ export function searchScope(app: ApplicationConfig): ScopeRule[] | undefined {
   scopes.set(app, scope);
   return scope;
 }
+
+/**
+ * Issue 23: `token:use` is a right to send a value, not to learn it. Filters whose success and
+ * output length depend only on the input's length and the filter's arguments, never on its
+ * content: selecting a field (`json`), cutting by position (`slice`, `last4`, `reveal_last`,
+ * `reveal_first`), adding constants (`append`, `prepend`) and case (`upcase`, `downcase`). Not
+ * `replace`, `remove`, `split`, `truncatewords`, `default`, `size`, `strip`, `digits`, …: their
+ * result tells something of what the value holds.
+ */
+export const LENGTH_ONLY_FILTERS: ReadonlySet<string> = new Set([
+  'json', 'slice', 'last4', 'reveal_last', 'reveal_first', 'append', 'prepend', 'upcase', 'downcase',
+]);
+
+/**
+ * The filters a detokenization expression over a token of `container` may use for this key:
+ * every filter ('all') with token:read `reveal` there (it may read the value anyway), else only
+ * LENGTH_ONLY_FILTERS (a key that may use or see a masked value but not read it).
+ */
+export function computeFilters(app: ApplicationConfig, container: string): 'all' | ReadonlySet<string> {
+  return grant(app, 'token:read', container) === 'reveal' ? 'all' : LENGTH_ONLY_FILTERS;
+}

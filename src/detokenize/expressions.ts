@@ -25,14 +25,31 @@
  * - One request may hold at most MAX_EXPRESSIONS expressions (too_many_expressions, 400) and one
  *   expression at most MAX_EXPRESSION_CHARS characters. Scanning is linear in the input: no
  *   character is examined by more than two parse attempts.
+ * - Bounded work per request (issue 23): one ExpressionScan collects every carrier of a request
+ *   (JSON, form and text bodies, header values, query, reactor args) against ONE budget, and
+ *   rendering stops as soon as the values put in exceed MAX_OUTPUT_BYTES (5 MB, the default
+ *   payload limit): each distinct expression is evaluated once, its size counted once per
+ *   occurrence, and render() yields to the event loop every RENDER_SLICE_MS.
+ * - A key without reveal on a token involved (Resolved.detailed false) gets every failure after
+ *   values were put in as one problem, detokenized_value_refused, that names nothing (issue 23:
+ *   which header or which filter failed would tell it something about the value).
  *
  * Errors are ServiceErrors with stable codes; their details never quote a value.
  */
+import { setImmediate as yieldToLoop } from 'node:timers/promises';
+import { performance } from 'node:perf_hooks';
 import { ServiceError } from '../errors.js';
 import { compileExpression, ExpressionError, isFilter, renderInScope } from '../vault/expressions.js';
 
-/** The most expressions one request (one JSON body, or one text) may hold. */
+/** The most expressions one request may hold, over all its carriers together. */
 export const MAX_EXPRESSIONS = 1000;
+/**
+ * The most bytes (UTF-8) of values one request may have put in, over all its carriers: the
+ * default payload limit (server.body_limit_bytes, 5 MB). Checked while rendering.
+ */
+export const MAX_OUTPUT_BYTES = 5 * 1024 * 1024;
+/** render() gives the event loop a turn after this much evaluating (issue 23: no long stalls). */
+const RENDER_SLICE_MS = 10;
 /** The most characters between `{{` and `}}` of one expression. */
 export const MAX_EXPRESSION_CHARS = 1000;
 /** Token ids are at most this long (as when a token is created with a custom id). */
@@ -65,6 +82,8 @@ interface Expression {
   whole: boolean;
   id: string;
   filters: Filter[];
+  /** The same key for the same id, form and filters: equal expressions are evaluated once. */
+  key: string;
 }
 
 type Segment = string | Expression;
@@ -197,7 +216,8 @@ function parseAt(s: string, start: number): { expr: Expression; end: number } | 
   }
   if (j >= limit) throw invalid(`An expression is longer than ${MAX_EXPRESSION_CHARS} characters`);
   if (s.charCodeAt(j) !== 125 || s.charCodeAt(j + 1) !== 125) throw invalid('An expression must end with }} after its filters');
-  return { expr: { whole, id, filters }, end: j + 2 };
+  const key = `${whole ? 'T' : 'D'} ${id}${filters.map((f) => ` | ${f.path ? `json: ${JSON.stringify(f.args[0])}` : f.source!}`).join('')}`;
+  return { expr: { whole, id, filters, key }, end: j + 2 };
 }
 
 /**
@@ -219,9 +239,7 @@ function parseText(s: string, budget: Budget): Segment[] | null {
     } else {
       const hit = parseAt(s, at + 2);
       if (hit) {
-        if (++budget.count > MAX_EXPRESSIONS) {
-          throw new ServiceError('too_many_expressions', { detail: `A request may hold at most ${MAX_EXPRESSIONS} expressions` });
-        }
+        if (++budget.count > MAX_EXPRESSIONS) throw tooMany();
         literal += s.slice(pos, at);
         if (literal) out.push(literal);
         literal = '';
@@ -256,28 +274,237 @@ function* strings(value: unknown): Generator<string> {
   }
 }
 
-function collect(texts: Iterable<string>): string[] {
-  const budget: Budget = { count: 0 };
-  const ids = new Set<string>();
-  for (const s of texts) {
-    const segs = parseText(s, budget);
-    if (segs) for (const seg of segs) if (typeof seg !== 'string') ids.add(seg.id);
-  }
-  return [...ids];
+/** What the detokenizer needs to know of a request's expressions before it decrypts anything. */
+export interface ExpressionUses {
+  /** The distinct token ids, in order of first appearance. */
+  readonly ids: readonly string[];
+  /** The names of the filters the expressions over `id` use (`json` included). */
+  filtersOf(id: string): ReadonlySet<string>;
+}
+
+/** The tokens of a request, resolved for one key (detokenize/service.ts). */
+export interface Resolved {
+  tokens: ReadonlyMap<string, DetokenizedToken>;
+  /**
+   * The key holds reveal on every token involved: failures after values were put in may say
+   * what failed. Otherwise they are one detokenized_value_refused that names nothing.
+   */
+  detailed: boolean;
+}
+
+interface Use {
+  expr: Expression;
+  times: number;
 }
 
 /**
- * The distinct token ids referenced by expressions in the string values of a JSON value (object
- * keys are not scanned), in order of first appearance. Throws invalid_expression, unknown_filter
- * or too_many_expressions: call it before resolving anything.
+ * The expressions of one request, over every carrier, against one budget (issue 23: a new budget
+ * per header or per form field let a request hold any number). Scan every carrier first, resolve
+ * `ids` (with `filtersOf`), then render() and put the values in with the Rendering.
  */
-export function findTokenIds(value: unknown): string[] {
-  return collect(strings(value));
+export class ExpressionScan implements ExpressionUses {
+  private readonly budget: Budget = { count: 0 };
+  /** Parsed strings that hold expressions: a repeated string is parsed once, counted each time. */
+  private readonly parsed = new Map<string, Segment[]>();
+  private readonly uses = new Map<string, Use>();
+  private readonly filters = new Map<string, Set<string>>();
+  private readonly order: string[] = [];
+
+  get ids(): readonly string[] {
+    return this.order;
+  }
+
+  filtersOf(id: string): ReadonlySet<string> {
+    return this.filters.get(id) ?? new Set();
+  }
+
+  /** Scans the string values of a JSON value (object keys are not scanned). */
+  json(value: unknown): this {
+    for (const s of strings(value)) this.text(s);
+    return this;
+  }
+
+  /** Scans one text (a header value, a form value, a text body). */
+  text(s: string): this {
+    this.segments(s);
+    return this;
+  }
+
+  /** The segments of `s`, counted against the budget; null when nothing in it is replaced. */
+  segments(s: string): Segment[] | null {
+    const hit = this.parsed.get(s);
+    let segs: Segment[] | null;
+    if (hit === undefined) {
+      segs = parseText(s, this.budget);
+      // Kept for the Rendering; strings without an expression are not worth the memory.
+      if (segs !== null) this.parsed.set(s, segs);
+    } else {
+      segs = hit;
+      let n = 0;
+      for (const seg of segs) if (typeof seg !== 'string') n++;
+      this.budget.count += n;
+      if (this.budget.count > MAX_EXPRESSIONS) throw tooMany();
+    }
+    if (segs) for (const seg of segs) if (typeof seg !== 'string') this.note(seg);
+    return segs;
+  }
+
+  /** For the Rendering: a scanned string's segments, not counted again (one not scanned is scanned now). */
+  parsedOf(s: string): Segment[] | null {
+    return this.parsed.get(s) ?? this.segments(s);
+  }
+
+  private note(e: Expression): void {
+    const use = this.uses.get(e.key);
+    if (use) use.times++;
+    else this.uses.set(e.key, { expr: e, times: 1 });
+    let names = this.filters.get(e.id);
+    if (!names) {
+      names = new Set();
+      this.filters.set(e.id, names);
+      this.order.push(e.id);
+    }
+    for (const f of e.filters) names.add(f.name);
+  }
+
+  /**
+   * Evaluates every expression scanned so far, within MAX_OUTPUT_BYTES, giving the event loop a
+   * turn every RENDER_SLICE_MS; then the Rendering puts the values in (no evaluation left).
+   */
+  async render(resolved: Resolved): Promise<Rendering> {
+    const r = new Rendering(this, resolved);
+    let slice = performance.now();
+    for (const use of this.uses.values()) {
+      r.evaluate(use.expr, use.times);
+      if (performance.now() - slice >= RENDER_SLICE_MS) {
+        await yieldToLoop();
+        slice = performance.now();
+      }
+    }
+    return r;
+  }
+
+  /** render() without turns: for small inputs and tests (substituteJson, substituteText). */
+  renderSync(resolved: Resolved): Rendering {
+    const r = new Rendering(this, resolved);
+    for (const use of this.uses.values()) r.evaluate(use.expr, use.times);
+    return r;
+  }
 }
 
-/** The distinct token ids referenced in a text (a header value, a form or text body). */
-export function findTokenIdsInText(text: string): string[] {
-  return collect([text]);
+function tooMany(): ServiceError {
+  return new ServiceError('too_many_expressions', { detail: `A request may hold at most ${MAX_EXPRESSIONS} expressions` });
+}
+
+/** The one answer for a key without reveal when anything fails after values were put in. */
+export function valueRefused(): ServiceError {
+  return new ServiceError('detokenized_value_refused', {
+    detail: 'The values named in the request could not be put into it; nothing was sent',
+  });
+}
+
+interface Value {
+  value: unknown;
+  /** The value as text (asText). */
+  text: string;
+  /** Its UTF-8 length. */
+  bytes: number;
+}
+
+/** The values of a scan's expressions, and how they go into the request's parts. */
+export class Rendering {
+  private readonly values = new Map<string, Value>();
+  private bytes = 0;
+
+  /** How many bytes (UTF-8) of values were put in so far. */
+  get renderedBytes(): number {
+    return this.bytes;
+  }
+
+  constructor(private readonly scan: ExpressionScan, private readonly resolved: Resolved) {}
+
+  /** `err` to a key with reveal on every token involved; else the one uniform problem. */
+  refuse(err: ServiceError): ServiceError {
+    return this.resolved.detailed ? err : valueRefused();
+  }
+
+  /** Evaluates `e` (once), counting its size `times` against MAX_OUTPUT_BYTES. */
+  evaluate(e: Expression, times: number): Value {
+    let v = this.values.get(e.key);
+    if (v === undefined) {
+      let value: unknown;
+      try {
+        value = evaluate(e, this.resolved.tokens);
+      } catch (err) {
+        if (err instanceof ServiceError && err.code === 'invalid_expression') throw this.refuse(err);
+        throw err;
+      }
+      const text = asText(value);
+      v = { value, text, bytes: Buffer.byteLength(text, 'utf8') };
+      this.values.set(e.key, v);
+    }
+    this.bytes += v.bytes * times;
+    if (this.bytes > MAX_OUTPUT_BYTES) {
+      throw this.refuse(new ServiceError('detokenized_output_too_large', {
+        detail: `The values put into one request may add up to at most ${MAX_OUTPUT_BYTES} bytes; nothing was sent`,
+      }));
+    }
+    return v;
+  }
+
+  private valueOf(e: Expression): Value {
+    // Every expression of a scanned string was evaluated by render(); counted there.
+    return this.values.get(e.key) ?? this.evaluate(e, 1);
+  }
+
+  private string(s: string, inJson: boolean): unknown {
+    const segs = this.scan.parsedOf(s);
+    if (!segs) return s;
+    if (inJson && segs.length === 1 && typeof segs[0] !== 'string') return this.valueOf(segs[0]!).value;
+    let out = '';
+    for (const seg of segs) out += typeof seg === 'string' ? seg : this.valueOf(seg).text;
+    return out;
+  }
+
+  /**
+   * The JSON value with every expression in its string values replaced (the input is not
+   * changed; unchanged parts are shared).
+   */
+  json(v: unknown): unknown {
+    if (typeof v === 'string') return this.string(v, true);
+    if (Array.isArray(v)) {
+      let copy: unknown[] | null = null;
+      for (let i = 0; i < v.length; i++) {
+        const x = this.json(v[i]);
+        if (x !== v[i]) (copy ??= v.slice())[i] = x;
+      }
+      return copy ?? v;
+    }
+    if (typeof v === 'object' && v !== null) {
+      const src = v as Record<string, unknown>;
+      const keys = Object.keys(src);
+      let values: unknown[] | null = null;
+      for (let i = 0; i < keys.length; i++) {
+        const before = src[keys[i]!];
+        const x = this.json(before);
+        if (x !== before) (values ??= keys.map((k) => src[k]))[i] = x;
+      }
+      if (values === null) return v;
+      const copy: Record<string, unknown> = {};
+      for (let i = 0; i < keys.length; i++) {
+        // Own data properties only: a "__proto__" key of a parsed body is a key like any other.
+        if (keys[i] === '__proto__') Object.defineProperty(copy, '__proto__', { value: values[i], enumerable: true, writable: true, configurable: true });
+        else copy[keys[i]!] = values[i];
+      }
+      return copy;
+    }
+    return v;
+  }
+
+  /** The text with every expression replaced by its value as text. */
+  text(s: string): string {
+    return this.string(s, false) as string;
+  }
 }
 
 function step(v: unknown, s: PathStep): unknown {
@@ -318,56 +545,32 @@ function evaluate(e: Expression, tokens: ReadonlyMap<string, DetokenizedToken>):
   return v;
 }
 
-function substituteString(s: string, tokens: ReadonlyMap<string, DetokenizedToken>, budget: Budget, inJson: boolean): unknown {
-  const segs = parseText(s, budget);
-  if (!segs) return s;
-  if (inJson && segs.length === 1 && typeof segs[0] !== 'string') return evaluate(segs[0]!, tokens);
-  let out = '';
-  for (const seg of segs) out += typeof seg === 'string' ? seg : asText(evaluate(seg, tokens));
-  return out;
+/**
+ * The distinct token ids referenced by expressions in the string values of a JSON value (object
+ * keys are not scanned), in order of first appearance. Throws invalid_expression, unknown_filter
+ * or too_many_expressions: call it before resolving anything.
+ */
+export function findTokenIds(value: unknown): string[] {
+  return [...new ExpressionScan().json(value).ids];
 }
 
-function substituteValue(v: unknown, tokens: ReadonlyMap<string, DetokenizedToken>, budget: Budget): unknown {
-  if (typeof v === 'string') return substituteString(v, tokens, budget, true);
-  if (Array.isArray(v)) {
-    let copy: unknown[] | null = null;
-    for (let i = 0; i < v.length; i++) {
-      const x = substituteValue(v[i], tokens, budget);
-      if (x !== v[i]) (copy ??= v.slice())[i] = x;
-    }
-    return copy ?? v;
-  }
-  if (typeof v === 'object' && v !== null) {
-    const src = v as Record<string, unknown>;
-    const keys = Object.keys(src);
-    let values: unknown[] | null = null;
-    for (let i = 0; i < keys.length; i++) {
-      const before = src[keys[i]!];
-      const x = substituteValue(before, tokens, budget);
-      if (x !== before) (values ??= keys.map((k) => src[k]))[i] = x;
-    }
-    if (values === null) return v;
-    const copy: Record<string, unknown> = {};
-    for (let i = 0; i < keys.length; i++) {
-      // Own data properties only: a "__proto__" key of a parsed body is a key like any other.
-      if (keys[i] === '__proto__') Object.defineProperty(copy, '__proto__', { value: values[i], enumerable: true, writable: true, configurable: true });
-      else copy[keys[i]!] = values[i];
-    }
-    return copy;
-  }
-  return v;
+/** The distinct token ids referenced in a text (a header value, a form or text body). */
+export function findTokenIdsInText(text: string): string[] {
+  return [...new ExpressionScan().text(text).ids];
 }
 
 /**
- * The JSON value with every expression in its string values replaced (the input is not changed;
- * unchanged parts are shared). Every id must be in `tokens` (resolved by the caller from
- * findTokenIds), else unknown_token.
+ * The JSON value with every expression in its string values replaced, all at once (no turns to
+ * the event loop; the routes use ExpressionScan.render). Every id must be in `tokens`, else
+ * unknown_token.
  */
 export function substituteJson(value: unknown, tokens: ReadonlyMap<string, DetokenizedToken>): unknown {
-  return substituteValue(value, tokens, { count: 0 });
+  const scan = new ExpressionScan().json(value);
+  return scan.renderSync({ tokens, detailed: true }).json(value);
 }
 
 /** The text with every expression replaced by its value as text. */
 export function substituteText(text: string, tokens: ReadonlyMap<string, DetokenizedToken>): string {
-  return substituteString(text, tokens, { count: 0 }, false) as string;
+  const scan = new ExpressionScan().text(text);
+  return scan.renderSync({ tokens, detailed: true }).text(text);
 }

@@ -11,6 +11,11 @@
  * deleted, another tenant's) is 400 unknown_token, a token the key may not use or read is 403,
  * and either fails the whole request before any value is decrypted, audited or returned.
  * Errors never name the ids (an "id" may be a card number pasted into an expression).
+ *
+ * Issue 23, `token:use` is a right to send, not to learn: for a token the key may not read with
+ * `reveal`, its expressions may use only the filters access.computeFilters allows (403 with a
+ * fixed detail, before anything is decrypted), and Resolved.detailed is false, so every failure
+ * after the values were put in is one uniform problem (expressions.ts valueRefused).
  */
 import * as access from '../auth/access.js';
 import type { Principal } from '../auth/keys.js';
@@ -20,9 +25,9 @@ import type { AuditAction } from '../store/audit.js';
 import { StoreUnavailableError, type StoredToken, type TokenStore } from '../store/types.js';
 import { readRecord } from '../vault/records.js';
 import type { TokenService } from '../vault/service.js';
-import type { DetokenizedToken } from './expressions.js';
+import type { DetokenizedToken, ExpressionUses, Resolved } from './expressions.js';
 
-export type { DetokenizedToken };
+export type { DetokenizedToken, ExpressionUses, Resolved };
 
 export interface UseAudit {
   action: 'proxy.outbound' | 'proxy.detokenize' | 'reactor.args';
@@ -47,6 +52,29 @@ function originOf(destination: string | undefined): string | null {
   }
 }
 
+/**
+ * 403 when an expression over a token uses a filter the key may not use on it (issue 23), before
+ * anything is decrypted. The detail is fixed: it names no filter, argument or id.
+ */
+function checkFilters(p: Principal, records: readonly StoredToken[], uses: ExpressionUses): void {
+  for (const t of records) {
+    const allowed = access.computeFilters(p.app, t.container);
+    if (allowed === 'all') continue;
+    for (const name of uses.filtersOf(t.id)) {
+      if (!allowed.has(name)) {
+        throw new ServiceError('forbidden', {
+          detail: 'Without token:read reveal on a token, its expressions may use only json, slice, last4, reveal_last, reveal_first, append, prepend, upcase and downcase; nothing was done',
+        });
+      }
+    }
+  }
+}
+
+/** Whether the key reads every token with reveal: then failures after rendering may say what failed. */
+function revealsAll(p: Principal, records: readonly StoredToken[]): boolean {
+  return records.every((t) => access.grant(p.app, 'token:read', t.container) === 'reveal');
+}
+
 export class Detokenizer {
   private readonly now: () => number;
 
@@ -59,33 +87,35 @@ export class Detokenizer {
   }
 
   /**
-   * The tokens `ids` name, in plaintext, for use inside the service: checks token:use on every
-   * one, then writes the audit event, then returns. Throws (400 unknown_token, 403 forbidden, 503
-   * store_unavailable) before returning anything when any check or the audit write fails.
+   * The tokens `uses` names, in plaintext, for use inside the service: checks token:use and the
+   * filters on every one, then writes the audit event, then returns. Throws (400 unknown_token,
+   * 403 forbidden, 503 store_unavailable) before returning anything when any check or the audit
+   * write fails.
    */
-  async resolveForUse(p: Principal, ids: string[], audit: UseAudit): Promise<Map<string, DetokenizedToken>> {
+  async resolveForUse(p: Principal, uses: ExpressionUses, audit: UseAudit): Promise<Resolved> {
     const out = new Map<string, DetokenizedToken>();
-    if (ids.length === 0) return out;
-    const records = await this.fetch(p, ids);
+    if (uses.ids.length === 0) return { tokens: out, detailed: true };
+    const records = await this.fetch(p, uses.ids);
     for (const t of records) {
       if (access.grant(p.app, 'token:use', t.container) === null) {
         throw new ServiceError('forbidden', { detail: 'The key lacks token:use on the container of a token named in the request; nothing was sent' });
       }
     }
+    checkFilters(p, records, uses);
     for (const t of records) out.set(t.id, await this.view(p, t, 'reveal', true));
     await this.append(p, audit.action, records.map((t) => t.id), originOf(audit.destination), audit.requestId);
-    return out;
+    return { tokens: out, detailed: revealsAll(p, records) };
   }
 
   /**
-   * The tokens `ids` name as POST /detokenize shows them: token:read on every one, each through
-   * its rule's transform (reveal: plaintext, mask: masked, redact: 403). Audited as
-   * token.detokenize before it returns.
+   * The tokens `uses` names as POST /detokenize shows them: token:read on every one, each through
+   * its rule's transform (reveal: plaintext, mask: masked, redact: 403), and the filters.
+   * Audited as token.detokenize before it returns.
    */
-  async resolveForRead(p: Principal, ids: string[], ctx: { requestId: string; log?: Logger }): Promise<Map<string, DetokenizedToken>> {
+  async resolveForRead(p: Principal, uses: ExpressionUses, ctx: { requestId: string; log?: Logger }): Promise<Resolved> {
     const out = new Map<string, DetokenizedToken>();
-    if (ids.length === 0) return out;
-    const records = await this.fetch(p, ids);
+    if (uses.ids.length === 0) return { tokens: out, detailed: true };
+    const records = await this.fetch(p, uses.ids);
     const transforms = records.map((t) => {
       const g = access.grant(p.app, 'token:read', t.container);
       if (g === null || g === 'redact') {
@@ -93,9 +123,10 @@ export class Detokenizer {
       }
       return g;
     });
+    checkFilters(p, records, uses);
     for (let i = 0; i < records.length; i++) out.set(records[i]!.id, await this.view(p, records[i]!, transforms[i]!, false, ctx.log));
     await this.append(p, 'token.detokenize', records.map((t) => t.id), null, ctx.requestId);
-    return out;
+    return { tokens: out, detailed: revealsAll(p, records) };
   }
 
   /**
@@ -113,7 +144,7 @@ export class Detokenizer {
   }
 
   /** Live tokens of the caller's tenant for every id, or 400 unknown_token. */
-  private async fetch(p: Principal, ids: string[]): Promise<StoredToken[]> {
+  private async fetch(p: Principal, ids: readonly string[]): Promise<StoredToken[]> {
     const unique = [...new Set(ids)];
     const found = await this.guard(() => this.store.getMany(p.tenant.id, unique));
     if (found.length !== unique.length) {

@@ -4,18 +4,22 @@
  * header values and in the query are collected first, resolved in ONE all-or-nothing call (which
  * checks `token:use` and writes the audit event), and only then substituted. A failure anywhere
  * throws before a byte is sent. The expression syntax itself lives in src/detokenize/expressions.ts.
+ *
+ * Issue 23: every carrier of the request goes through ONE ExpressionScan (one budget of 1,000
+ * expressions, one 5 MB bound on the values put in), and a header refused after substitution is,
+ * for a key without reveal, the uniform detokenized_value_refused that names no header.
  */
 import type { Detokenizer } from '../detokenize/service.js';
 import { isUtf8 } from 'node:buffer';
-import { findTokenIds, findTokenIdsInText, substituteJson, substituteText, type DetokenizedToken } from '../detokenize/expressions.js';
+import { ExpressionScan, type ExpressionUses, type Rendering, type Resolved } from '../detokenize/expressions.js';
 import { ServiceError } from '../errors.js';
 import type { ProxyBody } from './body.js';
 
 /** What resolves the tokens of a request for use (detokenize/service.ts Detokenizer). */
 export type UseResolver = Pick<Detokenizer, 'resolveForUse'>;
 
-/** Resolves every id for use (permission, audit), or throws: nothing is substituted then. */
-export type UseTokens = (ids: string[]) => Promise<ReadonlyMap<string, DetokenizedToken>>;
+/** Resolves every id for use (permission, filters, audit), or throws: nothing is substituted then. */
+export type UseTokens = (uses: ExpressionUses) => Promise<Resolved>;
 
 export interface DetokenizedParts {
   headers: Record<string, string | string[]>;
@@ -61,12 +65,8 @@ function splitForm(text: string): FormPart[] {
   });
 }
 
-function joinForm(parts: FormPart[], tokens: ReadonlyMap<string, DetokenizedToken>): string {
-  return parts.map((p) => (p.value === undefined ? p.raw : `${p.name}=${encodeFormPart(substituteText(p.value, tokens))}`)).join('&');
-}
-
-function addAll(into: Set<string>, ids: Iterable<string>): void {
-  for (const id of ids) into.add(id);
+function joinForm(parts: FormPart[], r: Rendering): string {
+  return parts.map((p) => (p.value === undefined ? p.raw : `${p.name}=${encodeFormPart(r.text(p.value))}`)).join('&');
 }
 
 /**
@@ -80,7 +80,7 @@ export async function detokenizeParts(
   query: string,
   use: UseTokens,
 ): Promise<DetokenizedParts> {
-  const ids = new Set<string>();
+  const scan = new ExpressionScan();
   // The body.
   let json: unknown;
   let form: FormPart[] | undefined;
@@ -90,14 +90,14 @@ export async function detokenizeParts(
     if (bytes.includes(OPEN) || (body.isForm && (bytes.includes('%7B') || bytes.includes('%7b')))) {
       if (body.isJson) {
         json = body.jsonValue();
-        addAll(ids, findTokenIds(json));
+        scan.json(json);
       } else if (body.isForm) {
         form = splitForm(bytes.toString('utf8'));
-        for (const p of form) if (p.value !== undefined) addAll(ids, findTokenIdsInText(p.value));
+        for (const p of form) if (p.value !== undefined) scan.text(p.value);
       } else if (isUtf8(bytes)) {
         // Any other type is taken as text when it is UTF-8; binary bodies pass as they are.
         text = bytes.toString('utf8');
-        addAll(ids, findTokenIdsInText(text));
+        scan.text(text);
       }
     }
   }
@@ -107,28 +107,28 @@ export async function detokenizeParts(
     const values = Array.isArray(value) ? value : [value];
     if (!values.some((v) => v.includes(OPEN))) continue;
     headerHits.push(name);
-    for (const v of values) addAll(ids, findTokenIdsInText(v));
+    for (const v of values) scan.text(v);
   }
   // The query.
   const queryParts = splitForm(query);
-  for (const p of queryParts) if (p.value !== undefined) addAll(ids, findTokenIdsInText(p.value));
+  for (const p of queryParts) if (p.value !== undefined) scan.text(p.value);
 
-  if (ids.size === 0) return { headers, query, used: 0 };
-  const tokens = await use([...ids]);
+  if (scan.ids.length === 0) return { headers, query, used: 0 };
+  const r = await scan.render(await use(scan));
 
   const outHeaders = { ...headers };
   for (const name of headerHits) {
     const value = headers[name]!;
-    const next = Array.isArray(value) ? value.map((v) => substituteText(v, tokens)) : substituteText(value, tokens);
+    const next = Array.isArray(value) ? value.map((v) => r.text(v)) : r.text(value);
     if ((Array.isArray(next) ? next : [next]).some((v) => HEADER_FORBIDDEN.test(v))) {
-      throw new ServiceError('validation_failed', {
+      throw r.refuse(new ServiceError('validation_failed', {
         detail: `The detokenized value of the header ${name} contains a line break or NUL, which a header cannot carry; nothing was sent`,
-      });
+      }));
     }
     outHeaders[name] = next;
   }
-  if (json !== undefined) body.setJson(substituteJson(json, tokens));
-  else if (form) body.replace(joinForm(form, tokens));
-  else if (text !== undefined) body.replace(substituteText(text, tokens));
-  return { headers: outHeaders, query: joinForm(queryParts, tokens), used: ids.size };
+  if (json !== undefined) body.setJson(r.json(json));
+  else if (form) body.replace(joinForm(form, r));
+  else if (text !== undefined) body.replace(r.text(text));
+  return { headers: outHeaders, query: joinForm(queryParts, r), used: scan.ids.length };
 }

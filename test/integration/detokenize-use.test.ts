@@ -7,7 +7,7 @@
 import t from 'tap';
 import type { Principal } from '../../src/auth/keys.js';
 import { buildConfig } from '../../src/config/load.js';
-import { findTokenIds, substituteJson } from '../../src/detokenize/expressions.js';
+import { ExpressionScan, type ExpressionUses } from '../../src/detokenize/expressions.js';
 import { ServiceError } from '../../src/errors.js';
 import { randomCard } from '../helpers/secrets.js';
 import { startTestService } from '../helpers/service.js';
@@ -63,7 +63,8 @@ t.test('token:use per container through the rules; all or nothing; audited', asy
   const [low, high, general] = [made.body.low.id, made.body.high.id, made.body.general.id] as string[];
   const d = s.svc.detokenizer;
   const audit = { action: 'proxy.outbound' as const, destination: 'https://api.example.com:8443/v1/charges?secret=1', requestId: 'req-1' };
-  const code = async (p: Principal, ids: string[]) => d.resolveForUse(p, ids, audit).then(() => 'ok', (e: unknown) => (e instanceof ServiceError ? e.code : String(e)));
+  const uses = (ids: string[]): ExpressionUses => ({ ids, filtersOf: () => new Set(['json']) });
+  const code = async (p: Principal, ids: string[]) => d.resolveForUse(p, uses(ids), audit).then(() => 'ok', (e: unknown) => (e instanceof ServiceError ? e.code : String(e)));
 
   t.equal(await code(principal(0, 2), [low, high, general]), 'ok', 'plain token:use: every container');
   t.equal(await code(principal(0, 3), [low]), 'ok', '/pci/low/ through the /pci/ rule');
@@ -75,9 +76,10 @@ t.test('token:use per container through the rules; all or nothing; audited', asy
   t.equal(await code(principal(0, 2), [low, 'missing-id']), 'unknown_token');
 
   const body = { pan: `{{ ${low} | json: '$.number' }}`, whole: `{{ token: ${high} | json: '$.type' }}` };
-  const tokens = await d.resolveForUse(principal(0, 2), findTokenIds(body), { ...audit, requestId: 'req-2' });
-  t.same(substituteJson(body, tokens), { pan: number, whole: 'token' });
-  t.same(await d.resolveForUse(principal(0, 2), [], audit), new Map(), 'no ids: nothing resolved, nothing audited');
+  const scan = new ExpressionScan().json(body);
+  const resolved = await d.resolveForUse(principal(0, 2), scan, { ...audit, requestId: 'req-2' });
+  t.same((await scan.render(resolved)).json(body), { pan: number, whole: 'token' });
+  t.same(await d.resolveForUse(principal(0, 2), uses([]), audit), { tokens: new Map(), detailed: true }, 'no ids: nothing resolved, nothing audited');
 
   // Three successful uses: three events, destination as an origin only; none for the refusals.
   const page = await s.svc.store.listAudit(TENANT, {}, { size: 100, after: null });
