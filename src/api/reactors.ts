@@ -8,6 +8,7 @@ import { ServiceError } from '../errors.js';
 import type { Context, Route } from '../http/context.js';
 import { ReactorArgsJson } from '../http/large-json.js';
 import { sendJson } from '../http/respond.js';
+import { withholdUserText } from '../reactors/failures.js';
 import type { ReactorDefinition, ReactorRuntime } from '../reactors/runtime.js';
 import type { TokenService } from '../vault/service.js';
 import { findTokenIds, substituteJson } from '../detokenize/expressions.js';
@@ -99,8 +100,16 @@ export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenServi
           if (body instanceof ReactorArgsJson) args = body.argsJson === '' ? undefined : JSON.parse(body.argsJson);
           else if (!isObject(body)) throw new ServiceError('validation_failed', { detail: BODY_DETAIL });
           else args = body.args;
+          const given = args;
           if (detokenizer) args = await detokenizeArgs(detokenizer, ctx, args);
-          result = await runtime.invoke(key, { args }, { log: ctx.log });
+          try {
+            result = await runtime.invoke(key, { args }, { log: ctx.log });
+          } catch (err) {
+            // Issue 23: args that held detokenized values get no text of the reactor's code back
+            // (whatever the caller's read rights: one rule, and no store read on a failing call).
+            if (err instanceof ServiceError && detokenizer && findTokenIds(given).length > 0) throw withholdUserText(err, ctx.log, key);
+            throw err;
+          }
         }
         if (result !== undefined && !isObject(result)) {
           throw new ServiceError('reactor_invalid_output', { detail: 'A reactor must return an object {raw?, tokenize?}' });
