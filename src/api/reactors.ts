@@ -8,6 +8,7 @@ import { ServiceError } from '../errors.js';
 import type { Context, Route } from '../http/context.js';
 import { ReactorArgsJson } from '../http/large-json.js';
 import { sendJson } from '../http/respond.js';
+import { countReactorTokenize } from '../rate-limit/stage.js';
 import { withholdUserText } from '../reactors/failures.js';
 import type { ReactorDefinition, ReactorRuntime } from '../reactors/runtime.js';
 import type { TokenService } from '../vault/service.js';
@@ -115,6 +116,8 @@ export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenServi
           throw new ServiceError('reactor_invalid_output', { detail: 'A reactor must return an object {raw?, tokenize?}' });
         }
         const out = result ?? {};
+        // Issue 31: what the reactor tokenizes counts on the caller's creating rules, as /tokenize.
+        if (out.tokenize !== undefined) await countReactorTokenize(ctx);
         const tokensOut = out.tokenize === undefined ? null : await tokens.tokenize(p, out.tokenize);
         sendJson(ctx.res, 200, { raw: out.raw ?? null, tokens: tokensOut }, ctx.headers);
       },
