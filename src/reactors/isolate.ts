@@ -1,6 +1,7 @@
 /**
- * One isolate running one reactor: created, compiled and warmed once, then called many times,
- * one call at a time. Host process only (imports isolated-vm).
+ * One isolate running one reactor: created and compiled once, then called many times, one call
+ * at a time, each call in a new context (no data outlives a call). Host process only (imports
+ * isolated-vm).
  *
  * An isolate that timed out, ran out of memory or failed in any way outside the user's own
  * try/catch is marked broken; the pool disposes it and never reuses it (sandbox hygiene: a suspect isolate is never called again).
@@ -118,16 +119,17 @@ interface Compiled {
   module: Script;
 }
 
+/** Serial numbers of the isolates of this process (ServedBy). */
+let serials = 0;
+
 /**
  * An isolate keeps compiled code, never data (issue 23): every call runs in a context of its own,
  * built from the compiled harness and module, so globals, module-level variables, closures and
  * changes to built-ins (`Object.prototype`) made by one call are gone before the next. The next
- * call's context is built as soon as a call ends, while the isolate waits, so a warm call does not
- * wait for it; the module's top-level code therefore runs once per call, not once per isolate.
+ * call's context is built as soon as a call ends, while the isolate waits, so a warm call finds it
+ * ready when the isolate had the time (building one costs about 1 ms: docs/benchmarks.md); the
+ * module's top-level code therefore runs once per call, not once per isolate.
  */
-/** Serial numbers of the isolates of this process (ServedBy). */
-let serials = 0;
-
 export class Sandbox {
   /** This isolate's serial number and the calls it served so far (host diagnostics, ServedBy). */
   readonly serial = ++serials;
