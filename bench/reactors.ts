@@ -70,17 +70,15 @@ module.exports = async function ({ args }) {
 };`;
 
 /**
- * A cold-start probe: each isolate names itself once (top-level code) and counts its calls, so a
- * sample can prove its call was the first one of a new isolate. `hold` blocks the isolate in
- * Atomics.wait (no CPU burnt, unlike a busy loop, so the new isolate's build has the cores).
+ * A cold-start probe. `hold` blocks the isolate in Atomics.wait (no CPU burnt, unlike a busy loop,
+ * so the new isolate's build has the cores). Reactor code keeps nothing from one call to the next
+ * (issue 23), so a sample proves it was served by a new isolate by finishing while the holder
+ * still blocks the only other one (see coldStarts).
  */
 const COLD = `// bench: cold-start probe
-const isolate = Math.random().toString(36).slice(2);
-let calls = 0;
 module.exports = async function ({ args }) {
-  calls++;
   if (args.hold) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, args.hold);
-  return { raw: { isolate, calls, n: Array.isArray(args.items) ? args.items.length : 0 } };
+  return { raw: { n: Array.isArray(args.items) ? args.items.length : 0 } };
 };`;
 
 /** ~1 KB of JSON args made of numbers only (so /tokenize keeps them and creates nothing). */
@@ -166,9 +164,9 @@ async function tokenCount(svc: BenchService, dispatcher: Agent): Promise<number>
  *   1. a "holder" call ({"hold": 50}) takes the warm isolate and blocks it for 50 ms;
  *   2. 5 ms later the timed call (the same ~1 KB args) finds no idle isolate, so the pool builds
  *      an extra one (live 1 < max_concurrency 2) and runs the call on it;
- *   3. the sample counts only if the timed call was call 1 of an isolate other than the holder's
- *      (whose count is 2): proof that it was served by the freshly built isolate, not by the warm
- *      one after the holder.
+ *   3. the sample counts only if the timed call's answer arrived before the holder's: the warm
+ *      isolate was blocked until then, so the freshly built one served it (not the warm one after
+ *      the holder).
  * So a sample is: HTTP request + IPC to the host + new isolate, context and harness + the user
  * module compiled from the code cache and run + the call + IPC back + HTTP response. Each cold-i
  * is used once, so every sample builds a new isolate (the extra one would stay idle for 10 s).
@@ -184,17 +182,21 @@ async function coldStarts(svc: BenchService, dispatcher: Agent): Promise<{ cold:
     const url = `${svc.url}/reactors/cold-${i}/react`;
     const touch = await call(dispatcher, url, JSON.stringify({ args: {} }));
     if (touch.status !== 200) throw new Error(`cold start sample ${i}: the untimed first call answered ${touch.status}`);
-    const holder = call(dispatcher, url, JSON.stringify({ args: { hold: HOLD_MS } }));
+    let holderDone = Infinity;
+    const holder = call(dispatcher, url, JSON.stringify({ args: { hold: HOLD_MS } })).then((r) => {
+      holderDone = performance.now();
+      return r;
+    });
     await new Promise((r) => setTimeout(r, 5));
     const timed = await call(dispatcher, url, BODY);
+    const timedDone = performance.now();
     const held = await holder;
     if (timed.status !== 200 || held.status !== 200) {
       throw new Error(`cold start sample ${i}: ${timed.status} / ${held.status}: ${JSON.stringify(timed.json).slice(0, 300)}`);
     }
-    const t = (timed.json as { raw: { isolate: string; calls: number; n: number } }).raw;
-    const h = (held.json as { raw: { isolate: string; calls: number } }).raw;
+    const t = (timed.json as { raw: { n: number } }).raw;
     if (t.n !== ARGS.items.length) throw new Error(`cold start sample ${i}: wrong answer`);
-    if (t.calls === 1 && h.calls === 2 && t.isolate !== h.isolate) cold.push(timed.ms);
+    if (timedDone < holderDone) cold.push(timed.ms);
     else rejected++;
     for (let k = 0; k < 5; k++) {
       const w = await call(dispatcher, `${svc.url}/reactors/echo/react`, BODY);

@@ -82,6 +82,11 @@ export interface ServiceErrorOptions {
   /** Overrides the catalogue status (reactor errors that pass a user status through). */
   status?: number;
   cause?: unknown;
+  /**
+   * Names a log line that holds what this answer leaves out (`error_id` in the problem body), e.g.
+   * a reactor's own error message withheld from a caller who used a token it may not read.
+   */
+  errorId?: string;
 }
 
 /**
@@ -95,6 +100,7 @@ export class ServiceError extends Error {
   readonly detail: string | undefined;
   readonly errors: FieldErrors | undefined;
   readonly headers: Record<string, string> | undefined;
+  readonly errorId: string | undefined;
 
   constructor(code: ErrorCode, opts: ServiceErrorOptions = {}) {
     super(opts.detail ?? catalogue[code].title, opts.cause === undefined ? undefined : { cause: opts.cause });
@@ -105,6 +111,7 @@ export class ServiceError extends Error {
     this.detail = opts.detail;
     this.errors = opts.errors;
     this.headers = opts.headers;
+    this.errorId = opts.errorId;
   }
 }
 
@@ -115,6 +122,7 @@ export interface ProblemBody {
   detail: string;
   code: ErrorCode;
   errors?: FieldErrors;
+  error_id?: string;
 }
 
 /** RFC 9457 problem details for an error; unknown errors become a bare 500. */
@@ -128,6 +136,7 @@ export function toProblem(err: unknown): ProblemBody {
     code: e.code,
   };
   if (e.errors) body.errors = e.errors;
+  if (e.errorId !== undefined) body.error_id = e.errorId;
   return body;
 }
 

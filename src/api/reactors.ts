@@ -8,6 +8,8 @@ import { ServiceError } from '../errors.js';
 import type { Context, Route } from '../http/context.js';
 import { ReactorArgsJson } from '../http/large-json.js';
 import { sendJson } from '../http/respond.js';
+import { countReactorTokenize } from '../rate-limit/stage.js';
+import { withholdUserText } from '../reactors/failures.js';
 import type { ReactorDefinition, ReactorRuntime } from '../reactors/runtime.js';
 import type { TokenService } from '../vault/service.js';
 import { ExpressionScan } from '../detokenize/expressions.js';
@@ -66,11 +68,11 @@ function isObject(v: unknown): v is Record<string, unknown> {
  * caller needs token:use on every token named, and without reveal only the filters that tell
  * nothing of the value (issue 23); the reactor's answer is not scanned.
  */
-async function detokenizeArgs(detokenizer: Detokenizer, ctx: Context, args: unknown): Promise<unknown> {
+async function detokenizeArgs(detokenizer: Detokenizer, ctx: Context, args: unknown): Promise<{ args: unknown; used: boolean }> {
   const scan = new ExpressionScan().json(args);
-  if (scan.ids.length === 0) return scan.renderSync({ tokens: new Map(), detailed: true }).json(args);
+  if (scan.ids.length === 0) return { args: scan.renderSync({ tokens: new Map(), detailed: true }).json(args), used: false };
   const resolved = await detokenizer.resolveForUse(ctx.principal!, scan, { action: 'reactor.args', requestId: ctx.requestId });
-  return (await scan.render(resolved)).json(args);
+  return { args: (await scan.render(resolved)).json(args), used: true };
 }
 
 export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenService, detokenizer?: Detokenizer): Route[] {
@@ -100,13 +102,23 @@ export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenServi
           if (body instanceof ReactorArgsJson) args = body.argsJson === '' ? undefined : JSON.parse(body.argsJson);
           else if (!isObject(body)) throw new ServiceError('validation_failed', { detail: BODY_DETAIL });
           else args = body.args;
-          if (detokenizer) args = await detokenizeArgs(detokenizer, ctx, args);
-          result = await runtime.invoke(key, { args }, { log: ctx.log });
+          let detokenized = false;
+          if (detokenizer) ({ args, used: detokenized } = await detokenizeArgs(detokenizer, ctx, args));
+          try {
+            result = await runtime.invoke(key, { args }, { log: ctx.log });
+          } catch (err) {
+            // Issue 23: args that held detokenized values get no text of the reactor's code back
+            // (whatever the caller's read rights: one rule, and no store read on a failing call).
+            if (err instanceof ServiceError && detokenized) throw withholdUserText(err, ctx.log, key);
+            throw err;
+          }
         }
         if (result !== undefined && !isObject(result)) {
           throw new ServiceError('reactor_invalid_output', { detail: 'A reactor must return an object {raw?, tokenize?}' });
         }
         const out = result ?? {};
+        // Issue 31: what the reactor tokenizes counts on the caller's creating rules, as /tokenize.
+        if (out.tokenize !== undefined) await countReactorTokenize(ctx);
         const tokensOut = out.tokenize === undefined ? null : await tokens.tokenize(p, out.tokenize);
         sendJson(ctx.res, 200, { raw: out.raw ?? null, tokens: tokensOut }, ctx.headers);
       },

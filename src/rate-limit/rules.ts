@@ -23,6 +23,7 @@ export type RouteGroup =
   | 'tokens.update'
   | 'tokens.delete'
   | 'reactor'
+  | 'reactor.tokenize'
   | 'management'
   | 'proxy'
   | 'health';
@@ -99,10 +100,16 @@ export const ROUTE_GROUPS: readonly RouteGroup[] = [
 
 /** Every route a limit can apply to: all but the health check (probes are never limited). */
 export const LIMITED_ROUTES: readonly RouteGroup[] = ROUTE_GROUPS.filter((r) => r !== 'health');
+/**
+ * Not a route: the `tokenize` a reactor returned, counted once the reactor ran (issue 31) on the
+ * creating rules only, as one POST /tokenize (rate-limit/stage.ts countReactorTokenize). It is in
+ * no other rule's list (not in ROUTE_GROUPS), so the call is not counted twice on the key's rule.
+ */
+export const REACTOR_TOKENIZE: RouteGroup = 'reactor.tokenize';
 /** Spec: "Listing tokens (GET /tokens, GET /tokens/search)". */
 export const LISTING_ROUTES: readonly RouteGroup[] = ['tokens.list', 'tokens.search.get'];
-/** Spec: "Creating tokens (POST /tokens, POST /tokenize)". */
-export const CREATING_ROUTES: readonly RouteGroup[] = ['tokens.create', 'tokenize'];
+/** Spec: "Creating tokens (POST /tokens, POST /tokenize)", and what a reactor's `tokenize` creates (issue 31). */
+export const CREATING_ROUTES: readonly RouteGroup[] = ['tokens.create', 'tokenize', REACTOR_TOKENIZE];
 
 export const RULES: readonly RuleDefinition[] = [
   { name: 'test_tenant', title: 'Test tenant', counter: 'api_key', match: { routes: LIMITED_ROUTES, testTenant: true } },

@@ -2,7 +2,9 @@
  * The one mapping from a reactor call's failure (as the host reports it) to a ServiceError
  * (isolated-vm's timeout, memory and throw failures are converted at this edge, nowhere else).
  */
-import { ServiceError } from '../errors.js';
+import { randomUUID } from 'node:crypto';
+import { ServiceError, type ErrorCode } from '../errors.js';
+import type { Logger } from '../log.js';
 import type { CallFailure } from './protocol.js';
 
 /** A thrown object with one of these `status` values passes that status through (README "Reactors"). */
@@ -49,4 +51,24 @@ export function failureToError(f: CallFailure, ctx: FailureContext): ServiceErro
       // The sandbox itself failed (not the user's code); the message is ours but stays in the log.
       return runtimeError('the reactor sandbox failed');
   }
+}
+
+/** The answers whose detail or errors may carry text written by the reactor's code. */
+const USER_TEXT: ReadonlySet<ErrorCode> = new Set<ErrorCode>(['reactor_runtime_error', 'reactor_error', 'reactor_invalid_output']);
+
+/**
+ * Issue 23: a reactor's own error text can hold the detokenized values it was given
+ * (`throw new Error('bad card ' + JSON.stringify(req.args))`), which the caller may only use, not
+ * read. Such an answer keeps its status and code but carries the catalogue's generic detail and an
+ * `error_id`; the reactor's text goes to the log under the same id (card numbers scrubbed there,
+ * as in every log line). Other errors (timeouts, busy, limits) carry only our own text: unchanged.
+ */
+export function withholdUserText(err: ServiceError, log: Logger, reactor: string): ServiceError {
+  if (!USER_TEXT.has(err.code)) return err;
+  const errorId = randomUUID();
+  log.warn(
+    { error_id: errorId, reactor, code: err.code, status: err.status, message: err.errors?.error?.[0] ?? err.detail },
+    'reactor error withheld from the answer (its args held detokenized values)',
+  );
+  return new ServiceError(err.code, { status: err.status, errorId, ...(err.headers ? { headers: err.headers } : {}) });
 }

@@ -5,7 +5,8 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import type { Logger } from '../log.js';
-import { EXIT_NO_ISOLATED_VM, parseFromHost, type CallResult, type FromHost, type ToHost } from './protocol.js';
+import { hostEnvironment } from './host-env.js';
+import { EXIT_NO_ISOLATED_VM, parseFromHost, type CallResult, type FromHost, type ServedBy, type ToHost } from './protocol.js';
 
 /** The host process went away (or was killed) while a request was open. */
 export class HostGoneError extends Error {
@@ -55,6 +56,8 @@ export class HostProcess {
   static spawn(opts: SpawnOptions): Promise<HostProcess> {
     const child = fork(opts.hostPath, [], {
       execArgv: opts.execArgv,
+      // An allow-list: no master key, store password or other secret reaches tenant code's process.
+      env: hostEnvironment(process.env),
       serialization: opts.serialization,
       stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
     });
@@ -201,10 +204,10 @@ export class HostProcess {
     return answer.error;
   }
 
-  async invoke(key: string, args: string): Promise<CallResult> {
+  async invoke(key: string, args: string): Promise<CallResult & { served?: ServedBy }> {
     const answer = await this.request({ t: 'invoke', key, args });
     if (answer.t !== 'done') throw new HostGoneError('unexpected answer from the reactor host');
-    return answer.result;
+    return answer.served ? { ...answer.result, served: answer.served } : answer.result;
   }
 
   kill(): void {

@@ -84,8 +84,9 @@ function remove(keys: string[]): void {
 
 async function invoke(id: number, key: string, args: string): Promise<void> {
   const pool = live.get(key);
-  const result = pool ? await pool.invoke(args) : { ok: false as const, failure: { kind: 'unknown_reactor' as const }, logs: [] };
-  send({ t: 'done', id, result });
+  if (!pool) return send({ t: 'done', id, result: { ok: false, failure: { kind: 'unknown_reactor' }, logs: [] } });
+  const { result, served } = await pool.invokeServed(args);
+  send(served ? { t: 'done', id, result, served } : { t: 'done', id, result });
 }
 
 function onMessage(raw: unknown): void {

@@ -1,6 +1,7 @@
 /**
- * One isolate running one reactor: created, compiled and warmed once, then called many times,
- * one call at a time. Host process only (imports isolated-vm).
+ * One isolate running one reactor: created and compiled once, then called many times, one call
+ * at a time, each call in a new context (no data outlives a call). Host process only (imports
+ * isolated-vm).
  *
  * An isolate that timed out, ran out of memory or failed in any way outside the user's own
  * try/catch is marked broken; the pool disposes it and never reuses it (sandbox hygiene: a suspect isolate is never called again).
@@ -15,8 +16,9 @@ import {
   type ConsoleLine,
   type ConsoleLevel,
   type HostReactorDef,
+  type ServedBy,
 } from './protocol.js';
-import { HARNESS_SOURCE, wrapModule } from './sandbox.js';
+import { harnessScript, wrapModule } from './sandbox.js';
 
 /**
  * isolated-vm's own `timeout` covers the call and the microtasks it leaves behind (measured: an
@@ -99,37 +101,66 @@ function toResult(raw: unknown): CallResult {
   }
 }
 
+/** One context, ready for one call: the harness and the user's module, run in it and nowhere else. */
+interface Fresh {
+  context: Context;
+  runRef: Reference;
+}
+
+const HARNESS_FILENAME = 'file:///reactors/(harness).js';
+
+/** What an isolate compiled once and runs in every call's context. */
+interface Compiled {
+  /** The harness, whose completion value is `{ run, exportType }` (registration: the export is checked). */
+  harnessChecked: Script;
+  /** The harness, whose completion value is `run` (every later call: one step fewer). */
+  harness: Script;
+  /** The user's module. */
+  module: Script;
+}
+
+/** Serial numbers of the isolates of this process (ServedBy). */
+let serials = 0;
+
+/**
+ * An isolate keeps compiled code, never data (issue 23): every call runs in a context of its own,
+ * built from the compiled harness and module, so globals, module-level variables, closures and
+ * changes to built-ins (`Object.prototype`) made by one call are gone before the next. The next
+ * call's context is built as soon as a call ends, while the isolate waits, so a warm call finds it
+ * ready when the isolate had the time (building one costs about 1 ms: docs/benchmarks.md); the
+ * module's top-level code therefore runs once per call, not once per isolate.
+ */
 export class Sandbox {
+  /** This isolate's serial number and the calls it served so far (host diagnostics, ServedBy). */
+  readonly serial = ++serials;
+  private calls = 0;
   /** Set once the isolate must not serve another call. */
   broken = false;
   /** Warm isolates are kept; extra (cold-started) ones are disposed when idle. */
   warm = false;
   idleTimer: NodeJS.Timeout | undefined;
+  /** The context the next call runs in (being built while the isolate is idle). */
+  private next: Promise<Fresh> | undefined;
+  /** The context a call is running in (released when the call ends, or with the isolate). */
+  private current: Fresh | undefined;
 
   private constructor(
     private readonly isolate: Isolate,
-    private readonly context: Context,
-    private readonly runRef: Reference,
+    private readonly scripts: Compiled,
     readonly def: HostReactorDef,
-  ) {}
+    first: Fresh,
+  ) {
+    this.next = Promise.resolve(first);
+  }
 
   /**
-   * Builds an isolate for `def`: harness, then the user's module (its top-level code runs here,
-   * under the reactor's timeout). Throws ReactorCodeError for problems with the code; `compiled`
-   * receives the code cache after the first successful compile.
+   * Builds an isolate for `def` and the first call's context: harness, then the user's module (its
+   * top-level code runs here, under the reactor's timeout). Throws ReactorCodeError for problems
+   * with the code; `compiled` receives the code cache after the first successful compile.
    */
   static async create(def: HostReactorDef, compiled: CompiledCode, onCatastrophicError: (message: string) => void): Promise<Sandbox> {
     const isolate = new (isolatedVm().Isolate)({ memoryLimit: def.memory_limit_mb, onCatastrophicError });
     try {
-      const context = await isolate.createContext();
-      const harness = await context.evalClosure(HARNESS_SOURCE, [JSON.stringify(def.configuration)], {
-        timeout: def.timeout_ms,
-        result: { reference: true },
-      });
-      const runRef = (await harness.get('run', { reference: true })) as Reference;
-      const exportTypeRef = await harness.get('exportType', { reference: true });
-      harness.release();
-
       let script: Script;
       const filename = `file:///reactors/${encodeURIComponent(def.name)}.js`;
       try {
@@ -143,17 +174,19 @@ export class Sandbox {
       } catch (err) {
         throw new ReactorCodeError(`does not compile: ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`);
       }
+      // The configuration is part of the harness's text: compiled once, like the module.
+      const scripts: Compiled = {
+        harnessChecked: await isolate.compileScript(harnessScript(def.configuration, false), { filename: HARNESS_FILENAME }),
+        harness: await isolate.compileScript(harnessScript(def.configuration, true), { filename: HARNESS_FILENAME }),
+        module: script,
+      };
+      let first: Fresh;
       try {
-        await script.run(context, { timeout: def.timeout_ms, release: true });
+        first = await prepare(isolate, scripts, def, true);
       } catch (err) {
-        throw new ReactorCodeError(classifyTopLevel(err, isolate, def));
+        throw err instanceof ReactorCodeError ? err : new ReactorCodeError(classifyTopLevel(err, isolate, def));
       }
-      const exportType: unknown = await exportTypeRef.apply(undefined, [], { timeout: def.timeout_ms, result: { copy: true } });
-      exportTypeRef.release();
-      if (exportType !== 'function') {
-        throw new ReactorCodeError(`does not export a function (module.exports is ${exportType === 'missing' ? 'not set' : String(exportType)})`);
-      }
-      return new Sandbox(isolate, context, runRef, def);
+      return new Sandbox(isolate, scripts, def, first);
     } catch (err) {
       if (!isolate.isDisposed) isolate.dispose();
       throw err;
@@ -163,12 +196,26 @@ export class Sandbox {
   /** One call. Never throws: every outcome is a CallResult, and a failure may mark this broken. */
   async run(argsJson: string): Promise<CallResult> {
     if (this.broken) return { ok: false, failure: { kind: 'internal', message: 'isolate already recycled' }, logs: [] };
+    let fresh: Fresh;
+    try {
+      fresh = await (this.next ?? this.prepareNext());
+    } catch (err) {
+      // The module's top-level code failed this time (it did at registration too, or it depends
+      // on chance): the isolate is suspect.
+      this.broken = true;
+      return { ok: false, failure: classifyRunError(err, this.isolate), logs: [] };
+    } finally {
+      this.next = undefined;
+    }
+    if (this.broken) return { ok: false, failure: { kind: 'internal', message: 'isolate already recycled' }, logs: [] };
+    this.calls++;
+    this.current = fresh;
     const timeout = this.def.timeout_ms;
     let timer: NodeJS.Timeout | undefined;
     const backstop = new Promise<typeof BACKSTOP>((resolve) => {
       timer = setTimeout(() => resolve(BACKSTOP), timeout + BACKSTOP_GRACE_MS);
     });
-    const call = this.runRef.apply(undefined, [argsJson], { timeout, result: { promise: true, copy: true } });
+    const call = fresh.runRef.apply(undefined, [argsJson], { timeout, result: { promise: true, copy: true } });
     try {
       const raw: unknown = await Promise.race([call, backstop]);
       if (raw === BACKSTOP) {
@@ -183,7 +230,25 @@ export class Sandbox {
       return { ok: false, failure: classifyRunError(err, this.isolate), logs: [] };
     } finally {
       clearTimeout(timer);
+      this.current = undefined;
+      release(fresh);
+      // Nothing of this call survives it: the next call gets a context of its own, built now.
+      if (!this.broken) this.prepareNext();
     }
+  }
+
+  /** Starts building the next call's context; a failure is kept for that call to report. */
+  private prepareNext(): Promise<Fresh> {
+    const next = prepare(this.isolate, this.scripts, this.def, false);
+    // Handled by the call that takes it; until then it must not count as unhandled.
+    next.catch(() => undefined);
+    this.next = next;
+    return next;
+  }
+
+  /** Which isolate served the last call, and its number on it. */
+  get served(): ServedBy {
+    return { isolate: this.serial, call: this.calls };
   }
 
   get disposed(): boolean {
@@ -195,12 +260,53 @@ export class Sandbox {
     if (this.idleTimer) clearTimeout(this.idleTimer);
     if (this.isolate.isDisposed) return;
     try {
-      this.runRef.release();
-      this.context.release();
+      if (this.current) release(this.current);
       this.isolate.dispose();
     } catch {
       // already disposed by isolated-vm (memory limit): nothing left to free
     }
+  }
+}
+
+/**
+ * A new context with the harness and the user's module run in it. `checkExport` (at registration)
+ * also checks that the module exports a function; later contexts run the same code, and a module
+ * that exports something else only by chance fails its call inside the harness.
+ */
+async function prepare(isolate: Isolate, scripts: Compiled, def: HostReactorDef, checkExport: boolean): Promise<Fresh> {
+  const context = await isolate.createContext();
+  try {
+    let runRef: Reference;
+    let exportTypeRef: Reference | undefined;
+    if (checkExport) {
+      const harness = (await scripts.harnessChecked.run(context, { timeout: def.timeout_ms, reference: true })) as Reference;
+      runRef = await harness.get('run', { reference: true });
+      exportTypeRef = await harness.get('exportType', { reference: true });
+      harness.release();
+    } else {
+      runRef = (await scripts.harness.run(context, { timeout: def.timeout_ms, reference: true })) as Reference;
+    }
+    await scripts.module.run(context, { timeout: def.timeout_ms });
+    if (exportTypeRef) {
+      const exportType: unknown = await exportTypeRef.apply(undefined, [], { timeout: def.timeout_ms, result: { copy: true } });
+      exportTypeRef.release();
+      if (exportType !== 'function') {
+        throw new ReactorCodeError(`does not export a function (module.exports is ${exportType === 'missing' ? 'not set' : String(exportType)})`);
+      }
+    }
+    return { context, runRef };
+  } catch (err) {
+    context.release();
+    throw err;
+  }
+}
+
+function release(fresh: Fresh): void {
+  try {
+    fresh.runRef.release();
+    fresh.context.release();
+  } catch {
+    // the isolate is already gone
   }
 }
 

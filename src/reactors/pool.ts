@@ -8,7 +8,7 @@
  * disposed after `idleMs` without work. Broken isolates are disposed and warm ones replaced.
  */
 import { Sandbox, type CompiledCode } from './isolate.js';
-import type { CallResult, HostReactorDef } from './protocol.js';
+import type { CallResult, HostReactorDef, ServedBy } from './protocol.js';
 
 /** A failed warm replacement is retried after this long (never in a tight loop). */
 const RETRY_WARM_MS = 1000;
@@ -66,15 +66,21 @@ export class ReactorPool {
   }
 
   async invoke(argsJson: string): Promise<CallResult> {
+    return (await this.invokeServed(argsJson)).result;
+  }
+
+  /** `invoke`, and which isolate served the call (none when it was refused before one ran it). */
+  async invokeServed(argsJson: string): Promise<{ result: CallResult; served?: ServedBy }> {
     let sb: Sandbox;
     try {
       sb = await this.acquire();
     } catch (failure) {
-      return failure as CallResult;
+      return { result: failure as CallResult };
     }
     const result = await sb.run(argsJson);
+    const served = sb.served;
     this.release(sb);
-    return result;
+    return { result, served };
   }
 
   /** Stops taking calls; in-flight calls finish, then their isolates go too. */

@@ -54,6 +54,17 @@ export type CallFailure =
   | { kind: 'unknown_reactor' }
   | { kind: 'internal'; message: string };
 
+/**
+ * Which isolate served a call (host diagnostics, never user data): a serial number per isolate
+ * in this host, and the call's number on that isolate. Tests and benchmarks use it to tell warm,
+ * cold-started and replaced isolates apart, since reactor code can no longer keep a counter of
+ * its own across calls (issue 23).
+ */
+export interface ServedBy {
+  isolate: number;
+  call: number;
+}
+
 export type CallResult =
   | { ok: true; output: string; logs: ConsoleLine[] }
   | { ok: false; failure: CallFailure; logs: ConsoleLine[] };
@@ -76,7 +87,7 @@ export type ToHost =
 export type FromHost =
   | { t: 'ready' }
   | { t: 'ack'; id: number; error?: string }
-  | { t: 'done'; id: number; result: CallResult }
+  | { t: 'done'; id: number; result: CallResult; served?: ServedBy }
   /** Host diagnostics (never user data). */
   | { t: 'log'; level: 'info' | 'warn' | 'error'; msg: string; reactor?: string }
   /** A reactor hit isolated-vm's catastrophic path; the host kills itself right after sending this. */
@@ -131,6 +142,7 @@ export function parseFromHost(v: unknown): FromHost | null {
       return v.error === undefined ? { t: 'ack', id: v.id } : { t: 'ack', id: v.id, error: v.error };
     case 'done':
       if (typeof v.id !== 'number' || !isCallResult(v.result)) return null;
+      if (isServedBy(v.served)) return { t: 'done', id: v.id, result: v.result, served: v.served };
       return { t: 'done', id: v.id, result: v.result };
     case 'fatal':
       return typeof v.reactor === 'string' && typeof v.message === 'string' ? { t: 'fatal', reactor: v.reactor, message: v.message } : null;
@@ -141,6 +153,10 @@ export function parseFromHost(v: unknown): FromHost | null {
     default:
       return null;
   }
+}
+
+function isServedBy(v: unknown): v is ServedBy {
+  return isRecord(v) && Number.isSafeInteger(v.isolate) && Number.isSafeInteger(v.call);
 }
 
 function isDef(v: unknown): v is HostReactorDef {

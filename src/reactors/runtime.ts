@@ -16,7 +16,7 @@ import type { Logger } from '../log.js';
 import { validateTransformResult, type ReactorInput, type TransformArgs, type TransformResult } from './contract.js';
 import { failureToError } from './failures.js';
 import { HostGoneError, HostProcess } from './host-client.js';
-import { MAX_PAYLOAD_BYTES, type ConsoleLine, type HostReactorDef } from './protocol.js';
+import { MAX_PAYLOAD_BYTES, type ConsoleLine, type HostReactorDef, type ServedBy } from './protocol.js';
 import type { ReactorMetrics } from '../metrics/registry.js';
 
 export type { ReactorInput, TransformArgs, TransformResult } from './contract.js';
@@ -71,6 +71,8 @@ interface Settings {
 export interface InvokeOptions {
   /** Logger for the reactor's console lines (e.g. the request's child logger). */
   log?: Logger;
+  /** Told which isolate served the call, when one did (tests and benchmarks; ServedBy). */
+  served?: (served: ServedBy) => void;
 }
 
 /** Grace on top of the host's own bounds (queue wait + run) before the main process gives up. */
@@ -257,6 +259,7 @@ export class ReactorRuntime {
 
     const host = await this.ready(this.settings.restartWaitMs);
     const result = await this.call(host, def, argsJson);
+    if (result.served) opts.served?.(result.served);
     this.settings.metrics?.call(result.ok ? 'ok' : result.failure.kind);
     this.logConsole(result.logs, key, opts.log ?? this.log);
     if (!result.ok) throw failureToError(result.failure, def);

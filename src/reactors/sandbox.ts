@@ -16,7 +16,7 @@ import { MAX_ERROR_MESSAGE_CHARS, MAX_LOG_LINE_CHARS, MAX_LOG_LINES, MAX_OUTPUT_
 export type RunStatus = 'ok' | 'error' | 'invalid' | 'too_large';
 
 /**
- * Body of an `evalClosure`: `$0` is the configuration as JSON text. Returns `{ run, exportType }`
+ * Body of a function whose `$0` is the configuration as JSON text (harnessScript). Returns `{ run, exportType }`
  * (held by the host as References, never handed to user code) and installs the one-shot global
  * `__tp_define`, through which the wrapped user module hands over its export. `run(argsJson)`
  * answers `[status, payload, consoleLines]` with status `RunStatus`.
@@ -133,6 +133,15 @@ return {
   exportType: function () { return fn === null ? 'missing' : typeof fn; },
 };
 `;
+
+/**
+ * The harness as a script of its own, with the reactor's configuration in its text (JSON, a valid
+ * JavaScript literal): compiled once per isolate and run in every call's new context. Its
+ * completion value is `run` alone when `runOnly`, else `{ run, exportType }`.
+ */
+export function harnessScript(configuration: Readonly<Record<string, string>>, runOnly: boolean): string {
+  return `(function ($0) {${HARNESS_SOURCE}\n})(${JSON.stringify(JSON.stringify(configuration))})${runOnly ? '.run' : ''};`;
+}
 
 /**
  * The user's CommonJS module as a script. The prefix sits on the first line so error line numbers

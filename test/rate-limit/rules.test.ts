@@ -86,6 +86,10 @@ t.test('what each rule applies to', async (t) => {
   t.same(matching(facts({ route: 'tokens.search.post', keyKind: 'private' })), ['private_key']);
   t.same(matching(facts({ route: 'tokens.read', keyKind: 'private' })), ['private_key']);
   t.same(matching(facts({ route: 'reactor', keyKind: 'private' })), ['private_key']);
+  // Issue 31: a reactor's tokenize counts on the creating rules only (the call itself already
+  // counted on the key's rule).
+  t.same(matching(facts({ route: 'reactor.tokenize', keyKind: 'private' })), ['creating_tokens']);
+  t.same(matching(facts({ route: 'reactor.tokenize', keyKind: 'public', testTenant: true, legacy: true })), ['creating_tokens', 'legacy_tokens_create']);
   t.same(matching(facts({ route: 'management', keyKind: 'management' })), ['management_key']);
   t.same(matching(facts({ route: 'proxy' })), ['proxy_endpoint']);
   t.same(matching(facts({ route: 'tokenize', keyKind: 'private', testTenant: true })), ['test_tenant', 'private_key', 'creating_tokens']);

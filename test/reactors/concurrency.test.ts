@@ -6,7 +6,7 @@
 import t from 'tap';
 import { ReactorRuntime } from '../../src/reactors/runtime.js';
 import { sleep } from '../helpers/wait.js';
-import { captureLog, fastHostExecArgv, reactor, serviceError } from './helpers.js';
+import { captureLog, fastHostExecArgv, invokeServed, reactor, serviceError } from './helpers.js';
 
 /**
  * Extra isolates idle this long are disposed. Long enough that the moment between two bursts of
@@ -25,12 +25,9 @@ const cap = captureLog();
 const runtime = await ReactorRuntime.start({ log: cap.log, idleMs: IDLE_MS, execArgv: fastHostExecArgv() });
 t.teardown(() => runtime.close());
 
-/** Each isolate has its own id (set by top-level code); calls spin for `args.ms`. */
+/** Calls spin for `args.ms`; which isolate served a call is reported by the host (invokeServed). */
 const SPINNER = `
-const isolateId = Math.random().toString(36).slice(2);
-let calls = 0;
 module.exports = async function ({ args }) {
-  calls++;
   if (args.mode === 'loop') while (true) {}
   if (args.mode === 'throw') throw new Error('user error');
   const end = Date.now() + (args.ms || 0);
@@ -38,7 +35,7 @@ module.exports = async function ({ args }) {
   // Deterministic work, so concurrent and sequential results can be compared.
   let h = 2166136261;
   for (const c of String(args.input)) h = Math.imul(h ^ c.charCodeAt(0), 16777619) >>> 0;
-  return { raw: { hash: h, input: args.input }, isolateId, calls };
+  return { raw: { hash: h, input: args.input } };
 };`;
 
 t.before(() =>
@@ -56,7 +53,10 @@ interface Out {
   isolateId: string;
   calls: number;
 }
-const call = (key: string, args: Record<string, unknown>): Promise<Out> => runtime.invoke(key, { args }) as Promise<Out>;
+const call = async (key: string, args: Record<string, unknown>): Promise<Out> => {
+  const { value, served } = await invokeServed(runtime, key, args);
+  return { ...(value as { raw: Out['raw'] }), isolateId: String(served.isolate), calls: served.call };
+};
 
 t.test('8 concurrent calls with warm_concurrency 1 all succeed, as 8 sequential calls do', async (t) => {
   const inputs = Array.from({ length: 8 }, (_, i) => `payment-${i}-${'x'.repeat(i * 100)}`);

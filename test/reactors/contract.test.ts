@@ -11,7 +11,7 @@ import { createRequire } from 'node:module';
 import { MAX_CODE_LENGTH } from '../../src/config/load.js';
 import { ReactorRuntime } from '../../src/reactors/runtime.js';
 import { validateReactorOutput } from '../../src/reactors/contract.js';
-import { captureLog, fn, reactor, serviceError } from './helpers.js';
+import { captureLog, fn, invokeServed, reactor, serviceError } from './helpers.js';
 import { cardPattern, randomCard } from '../helpers/secrets.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -105,11 +105,13 @@ t.test('a thrown status of 400/401/402/403/429/503 passes through; others are 50
   }
 });
 
-t.test('each call gets a fresh request; module state lives as long as the warm isolate', async (t) => {
-  const a = await runtime.invoke('t1/counter', { args: null });
-  const b = await runtime.invoke('t1/counter', { args: null });
-  t.match(a, { k: true });
-  t.equal((b as { n: number }).n, (a as { n: number }).n + 1, 'the same warm isolate served both');
+t.test('each call gets a fresh request and fresh module state, on the same warm isolate (issue 23)', async (t) => {
+  const a = await invokeServed(runtime, 't1/counter', null);
+  const b = await invokeServed(runtime, 't1/counter', null);
+  t.match(a.value, { k: true });
+  t.same(b.value, a.value, 'the second call starts from the code alone: n is 1 again, the configuration is the original');
+  t.equal(b.served.isolate, a.served.isolate, 'the same warm isolate served both');
+  t.equal(b.served.call, a.served.call + 1);
 });
 
 t.test('results that are not JSON are refused', async (t) => {

@@ -4,7 +4,8 @@
  */
 import { createLogger, type Logger } from '../../src/log.js';
 import { ServiceError } from '../../src/errors.js';
-import type { ReactorDefinition } from '../../src/reactors/runtime.js';
+import type { ServedBy } from '../../src/reactors/protocol.js';
+import type { ReactorDefinition, ReactorRuntime } from '../../src/reactors/runtime.js';
 
 export interface CapturedLog {
   log: Logger;
@@ -75,4 +76,16 @@ export function fastHostExecArgv(): string[] {
     argv.push(a);
   }
   return ['--import=tsx', ...argv];
+}
+
+/**
+ * Invokes a reactor and reports which isolate served the call (its serial in the host, and the
+ * call's number on it). Reactor code cannot count its own calls any more: nothing it keeps
+ * survives a call (issue 23).
+ */
+export async function invokeServed(runtime: ReactorRuntime, key: string, args: unknown): Promise<{ value: unknown; served: ServedBy }> {
+  let served: ServedBy | undefined;
+  const value = await runtime.invoke(key, { args }, { served: (s) => (served = s) });
+  if (!served) throw new Error(`no isolate reported for a call to ${key}`);
+  return { value, served };
 }

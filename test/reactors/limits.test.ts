@@ -6,33 +6,31 @@
 import t from 'tap';
 import { MAX_OUTPUT_BYTES, MAX_PAYLOAD_BYTES } from '../../src/reactors/protocol.js';
 import { ReactorRuntime } from '../../src/reactors/runtime.js';
-import { captureLog, fastHostExecArgv, fn, reactor, serviceError } from './helpers.js';
+import { captureLog, fastHostExecArgv, fn, invokeServed, reactor, serviceError } from './helpers.js';
 
 const cap = captureLog();
 const runtime = await ReactorRuntime.start({ log: cap.log, execArgv: fastHostExecArgv() });
 t.teardown(() => runtime.close());
 
 t.before(() => runtime.register([
-  // Counts the calls its (single) isolate served, and reports the payload it got.
-  reactor('l/size', `let calls = 0;\nmodule.exports = async (req) => ({ calls: ++calls, length: typeof req.args === 'string' ? req.args.length : -1 });`, {
+  // Reports the payload it got (its single isolate's call count comes from the host: invokeServed).
+  reactor('l/size', `module.exports = async (req) => ({ length: typeof req.args === 'string' ? req.args.length : -1 });`, {
     max_concurrency: 1,
     memory_limit_mb: 64,
   }),
   reactor('l/output', fn(`return 'x'.repeat(req.args.n);`), { memory_limit_mb: 64 }),
   reactor(
     'l/loops',
-    `let calls = 0;
-module.exports = async function (req) {
-  calls++;
+    `module.exports = async function (req) {
   switch (req.args.mode) {
     case 'sync': while (true) {}
     case 'async': while (true) { await null; }
     case 'microtasks': { const loop = () => Promise.resolve().then(loop); await loop(); break; }
     case 'then-chain': { await new Promise(() => { const again = () => { Promise.resolve().then(again); }; again(); }); break; }
     case 'never': await new Promise(() => {}); break;
-    case 'background': { (async () => { while (true) await null; })(); return { calls }; }
+    case 'background': { (async () => { while (true) await null; })(); return {}; }
   }
-  return { calls };
+  return {};
 };`,
     // A memory limit far above what 200 ms of any loop can use: the endless promise chains grow the
     // heap, and with 16 MB about half the 'microtasks' calls ran out of memory before the timeout
@@ -50,7 +48,8 @@ t.test('the limits are the spec\'s 5 MB', async (t) => {
 t.test('payload: 5 MB accepted, 5 MB + 1 byte refused before the host sees it', async (t) => {
   const exact = 'x'.repeat(MAX_PAYLOAD_BYTES - 2); // JSON adds the two quotes
   t.equal(JSON.stringify(exact).length, MAX_PAYLOAD_BYTES);
-  const first = (await runtime.invoke('l/size', { args: exact })) as { calls: number; length: number };
+  const sized = await invokeServed(runtime, 'l/size', exact);
+  const first = { ...(sized.value as { length: number }), calls: sized.served.call };
   t.equal(first.length, exact.length, '5 MB reached the reactor intact');
 
   const over = await serviceError(runtime.invoke('l/size', { args: exact + 'x' }));
@@ -61,7 +60,7 @@ t.test('payload: 5 MB accepted, 5 MB + 1 byte refused before the host sees it', 
   t.ok(wide.length < MAX_PAYLOAD_BYTES);
   t.equal((await serviceError(runtime.invoke('l/size', { args: wide }))).code, 'body_too_large');
 
-  const next = (await runtime.invoke('l/size', { args: 'small' })) as { calls: number };
+  const next = { calls: (await invokeServed(runtime, 'l/size', 'small')).served.call };
   t.equal(next.calls, first.calls + 1, 'the refused calls never reached the isolate');
 });
 
@@ -75,7 +74,8 @@ t.test('output: 5 MB accepted, 5 MB + 1 byte refused', async (t) => {
 });
 
 t.test('a 200 ms timeout stops every kind of endless call, and the isolate is replaced', async (t) => {
-  const before = (await runtime.invoke('l/loops', { args: { mode: 'none' } })) as { calls: number };
+  const loops = async () => ({ calls: (await invokeServed(runtime, 'l/loops', { mode: 'none' })).served.call });
+  const before = await loops();
   t.equal(before.calls, 1);
   for (const mode of ['sync', 'async', 'then-chain', 'never', 'microtasks']) {
     const started = performance.now();
@@ -88,7 +88,7 @@ t.test('a 200 ms timeout stops every kind of endless call, and the isolate is re
     // is what the code says (the main process's deadline for a stuck host, 2 × 200 + 2000 ms,
     // would answer 503 reactor_unavailable instead).
     t.ok(took >= 190 && took < 5000, `${mode}: stopped after ${Math.round(took)} ms`);
-    const after = (await runtime.invoke('l/loops', { args: { mode: 'none' } })) as { calls: number };
+    const after = await loops();
     t.equal(after.calls, 1, `${mode}: the next call ran in a fresh isolate`);
   }
 });
@@ -96,7 +96,7 @@ t.test('a 200 ms timeout stops every kind of endless call, and the isolate is re
 t.test('microtasks left running after the result still hit the timeout', async (t) => {
   const err = await serviceError(runtime.invoke('l/loops', { args: { mode: 'background' } }));
   t.equal(err.code, 'reactor_timeout');
-  t.same(await runtime.invoke('l/loops', { args: { mode: 'none' } }), { calls: 1 });
+  t.equal((await invokeServed(runtime, 'l/loops', { mode: 'none' })).served.call, 1, 'a fresh isolate');
 });
 
 t.test('timeouts are bounded by the configuration: at most 30 s', async (t) => {
