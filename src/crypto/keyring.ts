@@ -12,6 +12,7 @@
  *   data keys, so rotation never changes them.
  */
 import { createCipheriv, createDecipheriv, createHmac, createSecretKey, hkdfSync, randomBytes, randomFillSync, type KeyObject } from 'node:crypto';
+import { anchorSigner, type AuditAnchorSigner } from '../audit/anchor.js';
 import type { TokenStore, WrappedDataKey } from '../store/types.js';
 import { MasterKeyMismatchError, SealedValueError, UnknownKeyError } from './errors.js';
 
@@ -231,6 +232,11 @@ export class KeyRing {
   /** Keyed digest of an evaluated search index, per tenant (hex). */
   indexHash(tenantId: string, value: string): string {
     return createHmac('sha256', this.#tenantKey('search-index', tenantId)).update(value, 'utf8').digest('hex');
+  }
+
+  /** Anchors audit chain heads under this master key (audit/anchor.ts, issue 23). */
+  auditAnchors(): AuditAnchorSigner {
+    return anchorSigner(this.#master);
   }
 
   toJSON(): { activeKid: string; kids: string[]; masterKeyId: string } {
