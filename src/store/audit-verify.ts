@@ -60,10 +60,14 @@ export async function verifyTenantAudit(config: LoadedConfig, req: VerifyAuditRe
   if (!config.tenants.some((t) => t.id === tenantId)) {
     return fail(`tenant ${JSON.stringify(tenantId)} is not in the configuration${config.source ? ` ${config.source}` : ''}`, 2);
   }
-  let master: Buffer;
   try {
     // The store first: a missing one is named before a development master key beside it is looked for.
     assertStoreExists(config.store);
+  } catch (err) {
+    return fail((err as Error).message);
+  }
+  let master: Buffer;
+  try {
     master = loadMasterKey({
       fromEnv: config.masterKeyFromEnv, file: config.secrets.master_key_file, storeKind: config.store.kind,
       dataDir: dirname(resolveStorePath(config.store)), warn: (msg) => io.err(`tokenproxy verify-audit: ${msg}\n`), createDevKey: false,
