@@ -235,7 +235,7 @@ const commands: Record<string, Command> = {
   },
   'rotate-data-key': {
     summary: 'add a new data key to the store and make it current (old tokens stay readable)',
-    usage: `tokenproxy rotate-data-key [--config PATH]\n\nOpens the store of the config (with the service running or not; a missing store is an error, never\ncreated) and adds a new data key, wrapped\nby the master key; new values are sealed with it, values sealed before stay readable with theirs.\nRunning instances use it after their next key refresh (store.data_key_refresh_seconds, a reload,\nor the first value they read that names it). Data keys belong to the store, not to a tenant:\nevery tenant's new values use the new key, so --tenant is refused.\n\n${CONFIG_HELP}`,
+    usage: `tokenproxy rotate-data-key [--config PATH]\n\nOpens the store of the config (with the service running or not) and adds a new data key, wrapped\nby the master key; new values are sealed with it, values sealed before stay readable with theirs.\nA missing store, or one no service has used (no data key), is an error and is never created.\nRunning instances use it after their next key refresh (store.data_key_refresh_seconds, a reload,\nor the first value they read that names it). Data keys belong to the store, not to a tenant:\nevery tenant's new values use the new key, so --tenant is refused.\n\n${CONFIG_HELP}`,
     options: { ...configOption, tenant: { type: 'string' } },
     async run(values, io) {
       if (values.tenant !== undefined) {
