@@ -235,7 +235,7 @@ const commands: Record<string, Command> = {
   },
   'rotate-data-key': {
     summary: 'add a new data key to the store and make it current (old tokens stay readable)',
-    usage: `tokenproxy rotate-data-key [--config PATH]\n\nOpens the store of the config (with the service running or not) and adds a new data key, wrapped\nby the master key; new values are sealed with it, values sealed before stay readable with theirs.\nRunning instances use it after their next key refresh (store.data_key_refresh_seconds, a reload,\nor the first value they read that names it). Data keys belong to the store, not to a tenant:\nevery tenant's new values use the new key, so --tenant is refused.\n\n${CONFIG_HELP}`,
+    usage: `tokenproxy rotate-data-key [--config PATH]\n\nOpens the store of the config (with the service running or not) and adds a new data key, wrapped\nby the master key; new values are sealed with it, values sealed before stay readable with theirs.\nA missing store, or one no service has used (no data key), is an error and is never created.\nRunning instances use it after their next key refresh (store.data_key_refresh_seconds, a reload,\nor the first value they read that names it). Data keys belong to the store, not to a tenant:\nevery tenant's new values use the new key, so --tenant is refused.\n\n${CONFIG_HELP}`,
     options: { ...configOption, tenant: { type: 'string' } },
     async run(values, io) {
       if (values.tenant !== undefined) {
@@ -257,18 +257,25 @@ const commands: Record<string, Command> = {
   },
   'verify-audit': {
     summary: "verify a tenant's audit trail chain in the configured store",
-    usage: `tokenproxy verify-audit --tenant ID [--config PATH]\n\nChecks that no audit event of the tenant was removed, changed or reordered (each event carries\nthe SHA-256 of the one before it). Exit 0: the chain is intact; 1: it is broken (the first bad\nevent's position is printed) or the store cannot be read; 2: usage error.\n\n  -t, --tenant ID     the tenant's id\n${CONFIG_HELP}`,
-    options: { ...configOption, tenant: { type: 'string', short: 't' } },
+    usage: `tokenproxy verify-audit --tenant ID [--expect-head SEQ:HASH] [--allow-unanchored] [--config PATH]\n\nChecks that no audit event of the tenant was removed, changed or reordered (each event carries\nthe SHA-256 of the one before it) and that the chain head is the one the service anchored (an\nHMAC under a key derived from the master key, which the store never holds): the master key is\nneeded, as for the service. Reads the store, never creates anything. Prints the head on success.\n\nExit 0: the chain is intact; 1: it is broken (the first bad event's position is printed), the\nstore is missing or cannot be read, or the master key is not the store's; 2: usage error, a tenant\nnot in the config, or a tenant without a chain head in the store.\n\n  -t, --tenant ID            the tenant's id\n      --expect-head SEQ:HASH a head the service logged earlier ("audit chain head"): fails unless the\n                             trail still passes through it (catches a rollback to an older store)\n      --allow-unanchored     accept a head without an anchor, with a warning (a store written before\n                             anchoring that no event was appended to since)\n${CONFIG_HELP}`,
+    options: { ...configOption, tenant: { type: 'string', short: 't' }, 'expect-head': { type: 'string' }, 'allow-unanchored': { type: 'boolean' } },
     async run(values, io) {
       const tenant = values.tenant as string | undefined;
       if (!tenant) {
         io.err('tokenproxy verify-audit: --tenant is required; see tokenproxy verify-audit --help\n');
         return EXIT_USAGE;
       }
+      const { parseHead } = await import('./audit/anchor.js');
+      const expectText = values['expect-head'] as string | undefined;
+      const expect = expectText === undefined ? undefined : parseHead(expectText);
+      if (expect === null) {
+        io.err('tokenproxy verify-audit: --expect-head must be a head as the service logs it, SEQ:HASH (e.g. 42:<43 base64url characters>)\n');
+        return EXIT_USAGE;
+      }
       const config = loadConfig(values, io);
       if (!config) return EXIT_FAILED;
       const { verifyTenantAudit } = await import('./store/audit-verify.js');
-      return verifyTenantAudit(config, tenant, io);
+      return verifyTenantAudit(config, { tenantId: tenant, expect, allowUnanchored: values['allow-unanchored'] === true }, io);
     },
   },
   'gen-master-key': {

@@ -14,6 +14,7 @@ import { proxyRoutes } from './api/proxy.js';
 import { reactorRoutes } from './api/reactors.js';
 import { tokenRoutes } from './api/tokens.js';
 import { detokenizeRoutes } from './api/detokenize.js';
+import { AuditTrail } from './audit/trail.js';
 import { Detokenizer } from './detokenize/service.js';
 import type { LoadedConfig } from './config/load.js';
 import { openStoreAndRing } from './crypto/open.js';
@@ -96,7 +97,10 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       cvcRetentionMs: config.store.cvc_retention_seconds * 1000,
       metrics,
     });
-    const detokenizer = new Detokenizer(store, tokens, { log });
+    // Every audit append goes through one trail: anchored, its new heads logged (issue 23).
+    const audit = new AuditTrail(store, ring.auditAnchors(), log);
+    cleanups.push(() => audit.close());
+    const detokenizer = new Detokenizer(store, tokens, { audit, log });
     const limits = RateLimitService.create(config.rate_limits, { log, ipv6Prefix: config.server.ipv6_prefix });
     cleanups.push(() => limits.close());
     // The reactor host process starts only when some tenant has reactors (at start or at a

@@ -15,6 +15,7 @@
  *   tenant's or another query's does not open.
  */
 import { createCipheriv, createDecipheriv, createHmac, createSecretKey, hkdfSync, randomBytes, randomFillSync, type KeyObject } from 'node:crypto';
+import { anchorSigner, type AuditAnchorSigner } from '../audit/anchor.js';
 import type { TokenStore, WrappedDataKey } from '../store/types.js';
 import { MasterKeyMismatchError, SealedValueError, UnknownKeyError } from './errors.js';
 
@@ -253,6 +254,11 @@ export class KeyRing {
     const gcm = m && gcmParts(m[1]!, m[2]!);
     if (!gcm) return null;
     return gcmOpen(this.#tenantKey('cursor', tenantId), gcm, Buffer.from(context, 'utf8'))?.toString('utf8') ?? null;
+  }
+
+  /** Anchors audit chain heads under this master key (audit/anchor.ts, issue 23). */
+  auditAnchors(): AuditAnchorSigner {
+    return anchorSigner(this.#master);
   }
 
   toJSON(): { activeKid: string; kids: string[]; masterKeyId: string } {

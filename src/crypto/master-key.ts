@@ -22,6 +22,8 @@ export interface LoadMasterKeyOptions {
   /** Where the development key lives (embedded store only), normally the database's directory. */
   dataDir: string;
   warn: (msg: string) => void;
+  /** false: a missing development key is an error, not created (the CLI's tools read a store, issue 31). */
+  createDevKey?: boolean;
 }
 
 /** Standard or URL-safe base64, padding optional; Buffer.from alone silently skips bad characters. */
@@ -95,9 +97,16 @@ function createDevKey(path: string): void {
   }
 }
 
-function devKey(dataDir: string, warn: (msg: string) => void): Buffer {
+function devKey(dataDir: string, warn: (msg: string) => void, create: boolean): Buffer {
   const path = join(dataDir, DEV_KEY_FILE);
   let created = false;
+  if (!create) {
+    try {
+      statSync(path);
+    } catch (err) {
+      throw new Error(`no master key: ${MASTER_KEY_ENV} and secrets.master_key_file are not set, and there is no development master key ${path} (${errnoCode(err)})`);
+    }
+  }
   try {
     mkdirSync(dataDir, { recursive: true, mode: 0o700 });
     try {
@@ -133,5 +142,5 @@ export function loadMasterKey(opts: LoadMasterKeyOptions): Buffer {
       `a master key is required with the Redis store (every instance must share it): set ${MASTER_KEY_ENV} or secrets.master_key_file (${GENERATE_HINT})`,
     );
   }
-  return devKey(opts.dataDir, opts.warn);
+  return devKey(opts.dataDir, opts.warn, opts.createDevKey !== false);
 }

@@ -3,10 +3,10 @@
  * `tokenproxy rotate-data-key` does next to a running service. The master key is loaded first: a
  * missing or bad key fails before any connection is made.
  */
-import { dirname, resolve } from 'node:path';
+import { dirname } from 'node:path';
 import type { LoadedConfig } from '../config/load.js';
 import type { Logger } from '../log.js';
-import { createStore } from '../store/factory.js';
+import { assertStoreExists, createStore, resolveStorePath, StoreMissingError } from '../store/factory.js';
 import type { TokenStore } from '../store/types.js';
 import { KeyRing } from './keyring.js';
 import { loadMasterKey } from './master-key.js';
@@ -19,25 +19,41 @@ export interface OpenedRing {
 /**
  * `warn`: where the master-key warnings go (default: the logger). `wrap`: applied to the store
  * before the key ring uses it (the service's metrics time every write, the first data key's too).
+ * `existing` (the CLI's tools, issue 31): the store must exist and hold data keys already; nothing
+ * is created, neither the store, its directory, the development master key nor a first data key.
  */
 export async function openStoreAndRing(
   config: LoadedConfig, log: Logger, warn = (msg: string) => log.warn(msg), wrap: (store: TokenStore) => TokenStore = (s) => s,
+  opts: { existing?: boolean } = {},
 ): Promise<OpenedRing> {
+  const existing = opts.existing === true;
+  // A missing store is named before the master key is looked for (which may be a development key next to it).
+  if (existing) assertStoreExists(config.store);
   const master = loadMasterKey({
     fromEnv: config.masterKeyFromEnv,
     file: config.secrets.master_key_file,
     storeKind: config.store.kind,
-    dataDir: dirname(resolve(config.store.path)),
+    dataDir: dirname(resolveStorePath(config.store)),
     warn,
+    createDevKey: !existing,
   });
-  const store = wrap(await createStore(config.store, { log }));
   try {
+    return await openRing(config, master, log, wrap, existing);
+  } finally {
+    master.fill(0);
+  }
+}
+
+async function openRing(config: LoadedConfig, master: Buffer, log: Logger, wrap: (store: TokenStore) => TokenStore, existing: boolean): Promise<OpenedRing> {
+  const store = wrap(await createStore(config.store, { log, mustExist: existing }));
+  try {
+    if (existing && (await store.listDataKeys()).length === 0) {
+      throw new StoreMissingError(`the ${config.store.kind} store holds no data keys: no tokenproxy service has used it (check ${config.store.kind === 'redis' ? 'store.url and store.key_prefix' : 'store.path'})`);
+    }
     const ring = await KeyRing.open(master, store);
     return { store, ring };
   } catch (err) {
     await store.close();
     throw err;
-  } finally {
-    master.fill(0);
   }
 }

@@ -21,6 +21,7 @@ import * as access from '../auth/access.js';
 import type { Principal } from '../auth/keys.js';
 import { ServiceError } from '../errors.js';
 import type { Logger } from '../log.js';
+import type { AuditTrail } from '../audit/trail.js';
 import type { AuditAction } from '../store/audit.js';
 import { StoreUnavailableError, type StoredToken, type TokenStore } from '../store/types.js';
 import { readRecord } from '../vault/records.js';
@@ -37,6 +38,8 @@ export interface UseAudit {
 }
 
 export interface DetokenizerOptions {
+  /** Where the events go (anchored, heads logged): audit/trail.ts. */
+  audit: AuditTrail;
   now?: () => number;
   log?: Logger;
 }
@@ -81,7 +84,7 @@ export class Detokenizer {
   constructor(
     private readonly store: TokenStore,
     private readonly tokens: TokenService,
-    private readonly opts: DetokenizerOptions = {},
+    private readonly opts: DetokenizerOptions,
   ) {
     this.now = opts.now ?? Date.now;
   }
@@ -172,7 +175,7 @@ export class Detokenizer {
   }
 
   private async append(p: Principal, action: AuditAction, ids: string[], destination: string | null, requestId: string): Promise<void> {
-    await this.guard(() => this.store.appendAudit(p.tenant.id, [{
+    await this.guard(() => this.opts.audit.append(p.tenant.id, [{
       tenant_id: p.tenant.id, application_id: p.app.id, action, token_ids: ids, destination, request_id: requestId,
       created_at: new Date(this.now()).toISOString(),
     }]));

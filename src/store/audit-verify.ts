@@ -1,10 +1,17 @@
 /**
  * `tokenproxy verify-audit --tenant <id>` (README "Audit trail"): walks a tenant's audit events
- * in the configured store, oldest first, and checks the chain (store/audit.ts verifyChain).
+ * in the configured store, oldest first, and checks the chain, the head, the head's anchor under
+ * the master key (audit/anchor.ts, issue 23) and, with `--expect-head`, that the trail still
+ * passes through a head the operator kept. It reads: a store, a tenant or a head that is missing
+ * is reported, never created (issue 31).
  */
+import { dirname } from 'node:path';
+import { anchorMatches, anchorSigner, formatHead, type AuditAnchorSigner } from '../audit/anchor.js';
 import type { LoadedConfig } from '../config/load.js';
-import { verifyChain, type AuditEvent, type ChainCheck } from './audit.js';
-import { createStore } from './factory.js';
+import { masterKeyId } from '../crypto/keyring.js';
+import { loadMasterKey } from '../crypto/master-key.js';
+import { verifyChain, type AuditEvent, type AuditHead, type ChainCheck } from './audit.js';
+import { assertStoreExists, createStore, resolveStorePath } from './factory.js';
 import type { TokenStore } from './types.js';
 
 /** A tenant's stored events, oldest first, through auditRange's pages (null: an entry that does not decode). */
@@ -17,31 +24,88 @@ export async function* storedEvents(store: TokenStore, tenantId: string, pageSiz
   } while (after !== null);
 }
 
-/** Checks a tenant's chain in an open store. */
-export async function checkStoredChain(store: TokenStore, tenantId: string, pageSize?: number): Promise<ChainCheck> {
-  return verifyChain(storedEvents(store, tenantId, pageSize), await store.auditHead(tenantId), tenantId);
+export interface StoredChainOptions {
+  /** The anchor signer under the service's master key; null: the anchor is not checked (store contract tests). */
+  sign: AuditAnchorSigner | null;
+  expect?: AuditHead;
+  allowUnanchored?: boolean;
+  pageSize?: number;
 }
 
-/** Prints the outcome; resolves to 0 when the chain is intact, 1 when it is broken or unreadable. */
-export async function verifyTenantAudit(config: LoadedConfig, tenantId: string, io: { out(s: string): void; err(s: string): void }): Promise<number> {
-  let store: TokenStore;
-  try {
-    store = await createStore(config.store);
-  } catch (err) {
-    io.err(`tokenproxy verify-audit: cannot open the store: ${(err as Error).message}\n`);
-    return 1;
+/** Checks a tenant's chain in an open store. */
+export async function checkStoredChain(store: TokenStore, tenantId: string, opts: StoredChainOptions): Promise<ChainCheck> {
+  const sign = opts.sign;
+  return verifyChain(storedEvents(store, tenantId, opts.pageSize), await store.auditHead(tenantId), tenantId, {
+    anchor: sign === null ? null : (tenant, head, anchor) => anchorMatches(sign, tenant, head, anchor),
+    expect: opts.expect,
+    allowUnanchored: opts.allowUnanchored,
+  });
+}
+
+export interface VerifyAuditRequest {
+  tenantId: string;
+  expect?: AuditHead;
+  allowUnanchored?: boolean;
+}
+
+type VerifyIo = { out(s: string): void; err(s: string): void };
+
+/** Prints the outcome; resolves to 0 when the trail is intact, 1 when it is broken or unreadable, 2 for a tenant without a trail. */
+export async function verifyTenantAudit(config: LoadedConfig, req: VerifyAuditRequest, io: VerifyIo): Promise<number> {
+  const { tenantId } = req;
+  const fail = (msg: string, code = 1) => {
+    io.err(`tokenproxy verify-audit: ${msg}\n`);
+    return code;
+  };
+  if (!config.tenants.some((t) => t.id === tenantId)) {
+    return fail(`tenant ${JSON.stringify(tenantId)} is not in the configuration${config.source ? ` ${config.source}` : ''}`, 2);
   }
   try {
-    const result = await checkStoredChain(store, tenantId);
-    if (result.ok) {
-      io.out(`tenant ${tenantId}: ${result.events} audit event(s), chain intact\n`);
-      return 0;
-    }
-    io.out(`tenant ${tenantId}: chain BROKEN at event ${result.position}: ${result.reason}\n`);
-    return 1;
+    // The store first: a missing one is named before a development master key beside it is looked for.
+    assertStoreExists(config.store);
   } catch (err) {
-    io.err(`tokenproxy verify-audit: ${(err as Error).message}\n`);
-    return 1;
+    return fail((err as Error).message);
+  }
+  let master: Buffer;
+  try {
+    master = loadMasterKey({
+      fromEnv: config.masterKeyFromEnv, file: config.secrets.master_key_file, storeKind: config.store.kind,
+      dataDir: dirname(resolveStorePath(config.store)), warn: (msg) => io.err(`tokenproxy verify-audit: ${msg}\n`), createDevKey: false,
+    });
+  } catch (err) {
+    return fail(`${(err as Error).message}; the anchor of the trail cannot be checked without the service's master key`);
+  }
+  const sign = anchorSigner(master);
+  const masterId = masterKeyId(master);
+  master.fill(0);
+  let store: TokenStore;
+  try {
+    store = await createStore(config.store, { mustExist: true });
+  } catch (err) {
+    return fail(`cannot open the store: ${(err as Error).message}`);
+  }
+  try {
+    const keys = await store.listDataKeys();
+    if (keys.length === 0) return fail(`the ${config.store.kind} store holds no data keys: no tokenproxy service has used it (check the store section of the config)`);
+    // Data keys are wrapped as w1.<master key id>.…: a wrong master key would fail every anchor, say so plainly.
+    if (!keys.every((k) => k.wrapped.split('.')[1] === masterId)) return fail(`the master key (id ${masterId}) is not the one this store's data keys were wrapped with`);
+    const head = await store.auditHead(tenantId);
+    if (head === null && (await store.auditRange(tenantId, null, 1)).items.length === 0) {
+      return fail(`tenant ${tenantId} has no audit chain head in the store: no event was ever written for it (or its whole trail was removed)`, 2);
+    }
+    const result = await checkStoredChain(store, tenantId, { sign, expect: req.expect, allowUnanchored: req.allowUnanchored });
+    if (!result.ok) {
+      io.out(`tenant ${tenantId}: chain BROKEN at event ${result.position}: ${result.reason}\n`);
+      return 1;
+    }
+    if (result.unanchored) {
+      io.err(`tokenproxy verify-audit: WARNING: the chain head of tenant ${tenantId} carries no anchor, so events removed at the end or a rewritten head cannot be detected; the next event the service appends anchors it\n`);
+    }
+    const shown = formatHead(head!);
+    io.out(`tenant ${tenantId}: ${result.events} audit event(s), chain intact, head ${shown}${result.unanchored ? ' (not anchored)' : ' (anchored)'}${req.expect ? `, passes through ${formatHead(req.expect)}` : ''}\n`);
+    return 0;
+  } catch (err) {
+    return fail((err as Error).message);
   } finally {
     await store.close();
   }

@@ -6,10 +6,12 @@
  * 1 (`seq`) and each carries `prev_hash`, the SHA-256 of the previous event of its tenant (64 zeros
  * for the first). A store keeps a head per tenant (the last seq and its hash), written in the same
  * atomic step as the events, so removing, editing or reordering any event, the last one included,
- * breaks the chain. (Whoever can rewrite every event and the head can forge a new chain; anchor
- * the head elsewhere, e.g. by logging `verify-audit` output, when that matters.)
+ * breaks the chain. Whoever can write the store could rewrite the head too, or recompute the whole
+ * chain: so the head also carries an anchor, an HMAC under a key derived from the master key that
+ * the store never sees (audit/anchor.ts, issue 23), written in the same step.
  */
 import { hash } from 'node:crypto';
+import { formatHead, type AuditAnchorSigner } from '../audit/anchor.js';
 
 export type AuditAction = 'token.reveal' | 'token.detokenize' | 'proxy.outbound' | 'proxy.detokenize' | 'reactor.args';
 
@@ -36,6 +38,11 @@ export interface AuditEvent extends AuditEventInput {
 export interface AuditHead {
   seq: number;
   hash: string;
+}
+
+/** A head as a store keeps it: with its anchor, or null for a head written before anchoring (issue 23). */
+export interface StoredAuditHead extends AuditHead {
+  anchor: string | null;
 }
 
 export interface AuditFilter {
@@ -110,16 +117,26 @@ export function encodeEvent(e: AuditEvent): string {
 }
 
 export type ChainCheck =
-  | { ok: true; events: number }
+  | { ok: true; events: number; /** The head has no anchor and `allowUnanchored` accepted that. */ unanchored: boolean }
   | { ok: false; events: number; /** 1-based position of the first bad event in the stored order. */ position: number; reason: string };
+
+export interface VerifyOptions {
+  /** Recomputes the head's anchor (audit/anchor.ts); null: the anchor is not checked (store contract tests only). */
+  anchor: ((tenantId: string, head: AuditHead, anchor: string) => boolean) | null;
+  /** A head the trail must still pass through (it or a successor is the current head): closes a rollback. */
+  expect?: AuditHead;
+  /** Accept a head without an anchor (a store not appended to since anchoring was added). */
+  allowUnanchored?: boolean;
+}
 
 /**
  * Walks a tenant's stored events oldest first (decoded, or null for one that does not parse) and
- * checks them against each other and the head.
+ * checks them against each other, the head, the head's anchor and the expected head.
  */
-export async function verifyChain(events: AsyncIterable<AuditEvent | null>, head: AuditHead | null, tenantId: string): Promise<ChainCheck> {
+export async function verifyChain(events: AsyncIterable<AuditEvent | null>, head: StoredAuditHead | null, tenantId: string, opts: VerifyOptions): Promise<ChainCheck> {
   let position = 0;
   let prev = GENESIS_HASH;
+  let expectedAt: string | null = null;
   for await (const e of events) {
     position++;
     if (e === null) return { ok: false, events: position, position, reason: 'the event is not a valid record' };
@@ -127,16 +144,44 @@ export async function verifyChain(events: AsyncIterable<AuditEvent | null>, head
     if (e.seq !== position) return { ok: false, events: position, position, reason: `expected event number ${position}, found ${e.seq} (an event is missing or out of place)` };
     if (e.prev_hash !== prev) return { ok: false, events: position, position, reason: 'prev_hash does not match the event before it (that event was changed or removed)' };
     prev = eventHash(e);
+    if (opts.expect?.seq === position) expectedAt = prev;
   }
   const headSeq = head?.seq ?? 0;
   const headHash = head?.hash ?? GENESIS_HASH;
+  const last = Math.max(1, position);
   if (headSeq !== position || headHash !== prev) {
     // Fewer events than the head counts: the first missing one; more: the first beyond the head;
     // as many: the last one was changed.
     const at = headSeq > position ? position + 1 : headSeq < position ? headSeq + 1 : position;
     return { ok: false, events: position, position: Math.max(1, at), reason: 'the chain head does not match the last event (an event was changed or removed at the end)' };
   }
-  return { ok: true, events: position };
+  let unanchored = false;
+  if (head !== null && opts.anchor !== null) {
+    if (head.anchor === null) {
+      if (!opts.allowUnanchored) {
+        return {
+          ok: false, events: position, position: last,
+          reason: 'the chain head carries no anchor (the anchor was removed, or no event was appended since an upgrade from a version without anchors: then --allow-unanchored accepts it)',
+        };
+      }
+      unanchored = true;
+    } else if (!opts.anchor(tenantId, head, head.anchor)) {
+      return {
+        ok: false, events: position, position: last,
+        reason: 'the anchor of the chain head does not match it: the head was rewritten (events removed or changed at the end, or the chain recomputed), or this is not the master key the service uses',
+      };
+    }
+  }
+  if (opts.expect !== undefined && expectedAt !== opts.expect.hash) {
+    const want = formatHead(opts.expect);
+    return {
+      ok: false, events: position, position: Math.min(opts.expect.seq, position + 1),
+      reason: expectedAt === null
+        ? `the trail ends at event ${position}, before the expected head ${want} (rolled back to an older state?)`
+        : `event ${opts.expect.seq} is not the expected head ${want} (the trail was replaced or rolled back)`,
+    };
+  }
+  return { ok: true, events: position, unanchored };
 }
 
 /**
@@ -145,16 +190,16 @@ export async function verifyChain(events: AsyncIterable<AuditEvent | null>, head
  * other (a store that also shares the chain with other processes retries on a stale head).
  */
 export class TenantSerialAppender {
-  readonly #pending = new Map<string, Array<{ input: AuditEventInput[]; resolve: (e: AuditEvent[]) => void; reject: (err: unknown) => void }>>();
+  readonly #pending = new Map<string, Array<{ input: AuditEventInput[]; sign: AuditAnchorSigner; resolve: (e: AuditEvent[]) => void; reject: (err: unknown) => void }>>();
   readonly #busy = new Set<string>();
 
-  constructor(private readonly write: (tenantId: string, inputs: AuditEventInput[]) => Promise<AuditEvent[]>) {}
+  constructor(private readonly write: (tenantId: string, inputs: AuditEventInput[], sign: AuditAnchorSigner) => Promise<AuditEvent[]>) {}
 
-  append(tenantId: string, inputs: AuditEventInput[]): Promise<AuditEvent[]> {
+  append(tenantId: string, inputs: AuditEventInput[], sign: AuditAnchorSigner): Promise<AuditEvent[]> {
     return new Promise((resolve, reject) => {
       let q = this.#pending.get(tenantId);
       if (!q) this.#pending.set(tenantId, (q = []));
-      q.push({ input: inputs, resolve, reject });
+      q.push({ input: inputs, sign, resolve, reject });
       if (!this.#busy.has(tenantId)) void this.#drain(tenantId);
     });
   }
@@ -163,11 +208,16 @@ export class TenantSerialAppender {
     this.#busy.add(tenantId);
     try {
       for (;;) {
-        const batch = this.#pending.get(tenantId);
-        if (!batch || batch.length === 0) break;
-        this.#pending.delete(tenantId);
+        const waiting = this.#pending.get(tenantId);
+        if (!waiting || waiting.length === 0) break;
+        // A batch shares one anchor signer (a service has one master key); others wait for the next.
+        const sign = waiting[0]!.sign;
+        const batch = waiting.filter((b) => b.sign === sign);
+        const rest = waiting.filter((b) => b.sign !== sign);
+        if (rest.length > 0) this.#pending.set(tenantId, rest);
+        else this.#pending.delete(tenantId);
         try {
-          const written = await this.write(tenantId, batch.flatMap((b) => b.input));
+          const written = await this.write(tenantId, batch.flatMap((b) => b.input), sign);
           let at = 0;
           for (const b of batch) {
             b.resolve(written.slice(at, at + b.input.length));

@@ -3,7 +3,7 @@
  * runs them and embedded-wire.ts encodes them, and neither needs the other for these.
  */
 import type { WrappedDataKey } from './types.js';
-import type { AuditEventInput } from './audit.js';
+import type { AuditEvent, AuditHead, StoredAuditHead } from './audit.js';
 import type { IdempotencyOp } from './embedded-idempotency.js';
 
 export type Params = Record<string, string | number | null>;
@@ -26,5 +26,9 @@ export type WriteOp =
   | { op: 'purgeCvc'; now: number }
   | { op: 'addKey'; key: WrappedDataKey }
   | IdempotencyOp
-  | { op: 'audit'; tenant_id: string; inputs: AuditEventInput[] };
+  /**
+   * Audit append as a compare-and-set (the main thread chained the events and anchored the new
+   * head: the key never reaches the writer): written only while the head is still `expect`.
+   */
+  | { op: 'audit'; tenant_id: string; expect: AuditHead | null; events: AuditEvent[]; head: StoredAuditHead };
 

@@ -10,7 +10,7 @@ import type Database from 'better-sqlite3';
 import { Sqlite } from './sqlite.js';
 import { fileURLToPath } from 'node:url';
 import { isMainThread, parentPort, Worker, workerData, type MessagePort } from 'node:worker_threads';
-import { chain, encodeEvent, type AuditHead } from './audit.js';
+import { encodeEvent, type AuditHead } from './audit.js';
 import { DuplicateTokenError, StoreUnavailableError } from './types.js';
 import { idempotencyWrites } from './embedded-idempotency.js';
 import { decodeRequests, decodeResults, encodeRequest, encodeResult } from './embedded-wire.js';
@@ -148,8 +148,9 @@ export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) 
     addKey: db.prepare<[string, string, string]>('INSERT OR IGNORE INTO data_keys (kid, wrapped, created_at) VALUES (?, ?, ?)'),
     auditHead: db.prepare<[string], AuditHead>('SELECT seq, hash FROM audit_heads WHERE tenant_id = ?'),
     auditInsert: db.prepare<[string, number, number, string]>('INSERT INTO audit_events (tenant_id, seq, created_ms, event) VALUES (?, ?, ?, ?)'),
-    auditSetHead: db.prepare<[string, number, string]>(
-      'INSERT INTO audit_heads (tenant_id, seq, hash) VALUES (?, ?, ?) ON CONFLICT (tenant_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash',
+    auditSetHead: db.prepare<[string, number, string, string | null]>(
+      `INSERT INTO audit_heads (tenant_id, seq, hash, anchor) VALUES (?, ?, ?, ?)
+       ON CONFLICT (tenant_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, anchor = excluded.anchor`,
     ),
   };
   const idempotency = idempotencyWrites(db);
@@ -211,12 +212,14 @@ export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) 
       case 'idempotency':
         return idempotency(w);
       case 'audit': {
-        // The head is read and moved in this transaction of the one writer (and SQLite's write
-        // lock serializes other processes): appends form one chain.
-        const { events, head } = chain(s.auditHead.get(w.tenant_id) ?? null, w.inputs);
-        for (const e of events) s.auditInsert.run(w.tenant_id, e.seq, Date.parse(e.created_at), encodeEvent(e));
-        s.auditSetHead.run(w.tenant_id, head.seq, head.hash);
-        return events;
+        // Compare-and-set: the head is compared and moved in this transaction of the one writer
+        // (and SQLite's write lock serializes other processes), so appends form one chain; a head
+        // that moved since the main thread read it answers false, and the caller chains again.
+        const now = s.auditHead.get(w.tenant_id);
+        if ((now?.seq ?? 0) !== (w.expect?.seq ?? 0) || (now?.hash ?? null) !== (w.expect?.hash ?? null)) return false;
+        for (const e of w.events) s.auditInsert.run(w.tenant_id, e.seq, Date.parse(e.created_at), encodeEvent(e));
+        s.auditSetHead.run(w.tenant_id, w.head.seq, w.head.hash, w.head.anchor);
+        return true;
       }
     }
   };

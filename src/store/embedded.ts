@@ -23,14 +23,17 @@ import type { InsertOptions, Page, PageResult, ScopeRule, StoredToken, TokenFilt
 import { StoreUnavailableError } from './types.js';
 import { MIGRATE_IDEMPOTENCY, type ClaimRow } from './embedded-idempotency.js';
 import type { IdempotencyClaim, IdempotencySlot } from './idempotency.js';
-import { decodeEvent, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditHead, type AuditPageResult } from './audit.js';
+import type { AuditAnchorSigner } from '../audit/anchor.js';
+import {
+  chain, decodeEvent, TenantSerialAppender, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditPageResult, type StoredAuditHead,
+} from './audit.js';
 import {
   describeError, LIVE, openConnection, retryBusy, sqliteCode, writeError, writeExecutor, WriterThread,
   type Params, type StoredRow, type WriteOp, type WriteRequest, type WriteResult, type WriteRow,
 } from './embedded-writer.js';
 import { decodeOp, encodeOp, WireReader } from './embedded-wire.js';
 
-const SCHEMA_VERSION = 4;
+const SCHEMA_VERSION = 5;
 /** Version 1: the tables. */
 const SCHEMA_V1 = `
 CREATE TABLE IF NOT EXISTS tokens (
@@ -89,7 +92,16 @@ CREATE TABLE IF NOT EXISTS audit_events (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS audit_heads (tenant_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL) WITHOUT ROWID;`;
 
+/**
+ * Version 5 (issue 23): each head's anchor (audit/anchor.ts). Heads written before it have none
+ * (NULL) until the tenant's next append anchors the head it writes.
+ */
+const MIGRATE_V5 = 'ALTER TABLE audit_heads ADD COLUMN anchor TEXT;';
+
 const COLUMNS = 'seq, record, cvc_sealed, cvc_expires_ms';
+
+/** How often an audit append retries against a head another process moved. */
+const CAS_ATTEMPTS = 100;
 
 type Row = StoredRow;
 
@@ -128,7 +140,7 @@ function prepareReads(db: Database.Database) {
     auditRange: db.prepare<[string, number, number], { event: string; seq: number }>(
       'SELECT seq, event FROM audit_events WHERE tenant_id = ? AND seq > ? ORDER BY seq LIMIT ?',
     ),
-    auditHead: db.prepare<[string], AuditHead>('SELECT seq, hash FROM audit_heads WHERE tenant_id = ?'),
+    auditHead: db.prepare<[string], StoredAuditHead>('SELECT seq, hash, anchor FROM audit_heads WHERE tenant_id = ?'),
   };
 }
 
@@ -144,6 +156,8 @@ export class EmbeddedStore implements TokenStore {
   #queue: WriteRequest[] = [];
   #flushScheduled = false;
   #closed: Promise<void> | null = null;
+  /** One compare-and-set append per tenant at a time from this process (store/audit.ts). */
+  readonly #audit = new TenantSerialAppender((tenantId, inputs, sign) => this.#appendAudit(tenantId, inputs, sign));
 
   /** Opens (creating if needed) the database at `path`, or ':memory:'. */
   constructor(readonly path: string) {
@@ -164,6 +178,7 @@ export class EmbeddedStore implements TokenStore {
         if (version < 2) this.#db.exec(MIGRATE_V2);
         if (version < 3) this.#db.exec(MIGRATE_IDEMPOTENCY);
         if (version < 4) this.#db.exec(MIGRATE_V4);
+        if (version < 5) this.#db.exec(MIGRATE_V5);
         this.#db.pragma(`user_version = ${SCHEMA_VERSION}`);
       });
       retryBusy(() => migrate.immediate());
@@ -224,9 +239,25 @@ export class EmbeddedStore implements TokenStore {
     return out;
   }
 
-  appendAudit(tenantId: string, events: AuditEventInput[]): Promise<AuditEvent[]> {
+  appendAudit(tenantId: string, events: AuditEventInput[], sign: AuditAnchorSigner): Promise<AuditEvent[]> {
     if (events.length === 0) return Promise.resolve([]);
-    return this.#write({ op: 'audit', tenant_id: tenantId, inputs: events }, (v) => v as AuditEvent[]);
+    return this.#audit.append(tenantId, events, sign);
+  }
+
+  /**
+   * Chained and anchored here, on the main thread (the anchor's key never reaches the writer), from
+   * the head this connection reads; the writer stores them only while that is still the head (in
+   * workers mode another process may have appended meanwhile: then again from the new head).
+   */
+  async #appendAudit(tenantId: string, inputs: AuditEventInput[], sign: AuditAnchorSigner): Promise<AuditEvent[]> {
+    for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
+      const current = await this.auditHead(tenantId);
+      const { events, head } = chain(current, inputs);
+      const expect = current === null ? null : { seq: current.seq, hash: current.hash };
+      const written = await this.#write({ op: 'audit', tenant_id: tenantId, expect, events, head: { ...head, anchor: sign(tenantId, head) } }, (v) => v === true);
+      if (written) return events;
+    }
+    throw new StoreUnavailableError('the audit chain head kept moving; the append was not written');
   }
 
   async listAudit(tenantId: string, filter: AuditFilter, page: Page): Promise<AuditPageResult> {
@@ -248,7 +279,7 @@ export class EmbeddedStore implements TokenStore {
     return { items: rows.map((r) => decodeEvent(r.event)), next: rows.length === limit ? encodeCursor(rows[rows.length - 1]!.seq) : null };
   }
 
-  async auditHead(tenantId: string): Promise<AuditHead | null> {
+  async auditHead(tenantId: string): Promise<StoredAuditHead | null> {
     return this.#run(() => this.#s.auditHead.get(tenantId)) ?? null;
   }
 

@@ -1,9 +1,10 @@
 /**
- * Builds the token store the config names. The embedded path is resolved against `baseDir`
- * (normally the config file's directory) so `./data/tokens.db` means the same file wherever the
- * process was started from.
+ * Builds the token store the config names. A relative embedded `store.path` is resolved against
+ * the working directory (README "Configuration"), by the service and by every CLI command alike:
+ * both go through resolveStorePath.
  */
-import { resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { isAbsolute, resolve } from 'node:path';
 import type { Logger } from '../log.js';
 import type { TokenStore } from './types.js';
 import { EmbeddedStore } from './embedded.js';
@@ -24,15 +25,48 @@ export interface StoreConfig extends RedisTopology {
 export interface CreateStoreOptions {
   /** Directory a relative embedded `path` is resolved against (default: the working directory). */
   baseDir?: string;
+  /**
+   * The CLI's tools (verify-audit, rotate-data-key): an embedded store that does not exist is
+   * StoreMissingError, never created with its directory (issue 31).
+   */
+  mustExist?: boolean;
   log?: Logger;
   /** Redis: per-command timeout in ms (default 1500). */
   commandTimeoutMs?: number;
 }
 
+/** The store a tool was pointed at does not exist; the message names the path as resolved. */
+export class StoreMissingError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'StoreMissingError';
+  }
+}
+
+/** The embedded database file the config names, as the service opens it. */
+export function resolveStorePath(cfg: Pick<StoreConfig, 'path'>, baseDir: string = process.cwd()): string {
+  return cfg.path === ':memory:' ? cfg.path : resolve(baseDir, cfg.path);
+}
+
+/** Throws StoreMissingError when the config names an embedded store that does not exist (Redis: nothing to check here). */
+export function assertStoreExists(cfg: StoreConfig, baseDir: string = process.cwd()): void {
+  if (cfg.kind !== 'embedded') return;
+  const path = resolveStorePath(cfg, baseDir);
+  if (path !== ':memory:' && existsSync(path)) return;
+  const relative = path !== ':memory:' && !isAbsolute(cfg.path);
+  throw new StoreMissingError(
+    `there is no embedded store at ${path}` +
+      (relative ? ` (store.path ${JSON.stringify(cfg.path)} is relative to the working directory ${baseDir}; run from the service's directory or give an absolute path)` : ''),
+  );
+}
+
 export async function createStore(cfg: StoreConfig, opts: CreateStoreOptions = {}): Promise<TokenStore> {
+  if (opts.mustExist) assertStoreExists(cfg, opts.baseDir);
   switch (cfg.kind) {
-    case 'embedded':
-      return new EmbeddedStore(cfg.path === ':memory:' ? cfg.path : resolve(opts.baseDir ?? process.cwd(), cfg.path));
+    case 'embedded': {
+      const path = resolveStorePath(cfg, opts.baseDir);
+      return new EmbeddedStore(path);
+    }
     case 'redis':
       return RedisStore.connect({
         url: cfg.url, cluster: cfg.cluster, sentinel: cfg.sentinel, username: cfg.username, password: cfg.password, tls: cfg.tls,

@@ -24,7 +24,8 @@
  *   P t:{T}:containers   set of the tenant's containers (a container is never removed from it)
  *   P t:{T}:idem:<key>   hash {s, o, v}: an idempotency entry, expiring by itself (redis-idempotency.ts)
  *   P t:{T}:audit        list of the tenant's audit events (JSON), oldest first (store/audit.ts)
- *   P t:{T}:audithead    "<seq> <hash>": the tenant's audit chain head
+ *   P t:{T}:audithead    "<seq> <hash> <anchor>": the tenant's audit chain head and its anchor
+ *                        (audit/anchor.ts; "<seq> <hash>" when written before anchoring, issue 23)
  *   P tenants            set of tenant ids with a cvc to purge (purgeCvc walks it; plain SADD, no script)
  *   P {dk}, P {dk}:order data keys: hash kid → JSON, list of kids oldest first (one slot of their own)
  *   P meta               hash {version}: the layout version (3), migrated on connect
@@ -56,15 +57,16 @@ import type { InsertOptions, Page, PageResult, StoredToken, TokenFilter, TokenSt
 import { DuplicateTokenError, StoreUnavailableError } from './types.js';
 import type { IdempotencyClaim, IdempotencySlot } from './idempotency.js';
 import * as idem from './redis-idempotency.js';
+import type { AuditAnchorSigner } from '../audit/anchor.js';
 import {
   auditMatches, chain, decodeEvent, encodeEvent, TenantSerialAppender,
-  type AuditEvent, type AuditEventInput, type AuditFilter, type AuditHead, type AuditPageResult,
+  type AuditEvent, type AuditEventInput, type AuditFilter, type AuditPageResult, type StoredAuditHead,
 } from './audit.js';
 
-function parseHead(raw: string | null): AuditHead | null {
+function parseHead(raw: string | null): StoredAuditHead | null {
   if (raw === null) return null;
-  const [seq, hash] = raw.split(' ');
-  return { seq: Number(seq), hash: hash ?? '' };
+  const [seq, hash, anchor] = raw.split(' ');
+  return { seq: Number(seq), hash: hash ?? '', anchor: anchor ?? null };
 }
 import {
   checkPage, cvcVisible, decodeCursor, decodeDataKey, decodeRecord, encodeCursor, encodeRecord, InvalidCursorError, isLive, scopeAllows, timeMs,
@@ -285,7 +287,7 @@ export class RedisStore implements TokenStore {
   readonly #tenantsKnown = new Set<string>();
   readonly #scripts = new Map<string, string>();
   /** Appends of one tenant from this process go one batch at a time (no CAS conflicts among them). */
-  readonly #audit = new TenantSerialAppender((tenantId, inputs) => this.#appendAudit(tenantId, inputs));
+  readonly #audit = new TenantSerialAppender((tenantId, inputs, sign) => this.#appendAudit(tenantId, inputs, sign));
 
   private constructor(client: RedisClient, prefix: string, waitReplicas: number, waitTimeoutMs: number, deadlineMs: number) {
     this.#client = client;
@@ -474,17 +476,17 @@ export class RedisStore implements TokenStore {
     return this.#fetch(tenantId, [...new Set(ids)], Date.now());
   }
 
-  appendAudit(tenantId: string, events: AuditEventInput[]): Promise<AuditEvent[]> {
+  appendAudit(tenantId: string, events: AuditEventInput[], sign: AuditAnchorSigner): Promise<AuditEvent[]> {
     if (events.length === 0) return Promise.resolve([]);
-    return this.#audit.append(tenantId, events);
+    return this.#audit.append(tenantId, events, sign);
   }
 
-  async #appendAudit(tenantId: string, inputs: AuditEventInput[]): Promise<AuditEvent[]> {
+  async #appendAudit(tenantId: string, inputs: AuditEventInput[], sign: AuditAnchorSigner): Promise<AuditEvent[]> {
     const keys = [this.#t(tenantId, 'audit'), this.#t(tenantId, 'audithead')];
     for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
       const raw = await this.#call(() => this.#client.get(keys[1]!));
       const { events, head } = chain(parseHead(raw), inputs);
-      const ok = await this.#eval(APPEND_AUDIT, keys, [raw ?? '', `${head.seq} ${head.hash}`, ...events.map(encodeEvent)], true);
+      const ok = await this.#eval(APPEND_AUDIT, keys, [raw ?? '', `${head.seq} ${head.hash} ${sign(tenantId, head)}`, ...events.map(encodeEvent)], true);
       if (Number(ok) === 1) return events;
     }
     throw new StoreUnavailableError('the audit chain head kept moving; the append was not written');
@@ -520,7 +522,7 @@ export class RedisStore implements TokenStore {
     return { items: raw.map((r) => decodeEvent(r)), next: raw.length === limit ? encodeCursor(start + limit) : null };
   }
 
-  async auditHead(tenantId: string): Promise<AuditHead | null> {
+  async auditHead(tenantId: string): Promise<StoredAuditHead | null> {
     return parseHead(await this.#call(() => this.#client.get(this.#t(tenantId, 'audithead'))));
   }
 

@@ -1,4 +1,5 @@
-import type { AuditEvent, AuditEventInput, AuditFilter, AuditHead, AuditPageResult } from './audit.js';
+import type { AuditAnchorSigner } from '../audit/anchor.js';
+import type { AuditEvent, AuditEventInput, AuditFilter, AuditPageResult, StoredAuditHead } from './audit.js';
 
 /**
  * The token store: what the vault persists. Implementations never see plaintext: `sealed` and
@@ -130,10 +131,11 @@ export interface TokenStore extends IdempotencyStore {
   addDataKey(key: WrappedDataKey): Promise<WrappedDataKey[]>;
   /**
    * Audit trail (store/audit.ts): appends events of one tenant to its chain, atomically with the
-   * chain head; concurrent appends (from any number of processes) still form one chain. Returns
-   * the stored events, in order.
+   * chain head and the head's anchor that `sign` computes (audit/anchor.ts: the store keeps the
+   * anchor, never the key); concurrent appends (from any number of processes) still form one
+   * chain. Returns the stored events, in order.
    */
-  appendAudit(tenantId: string, events: AuditEventInput[]): Promise<AuditEvent[]>;
+  appendAudit(tenantId: string, events: AuditEventInput[], sign: AuditAnchorSigner): Promise<AuditEvent[]>;
   /** Newest first, filtered; `page.after` is a previous page's `next`. */
   listAudit(tenantId: string, filter: AuditFilter, page: Page): Promise<AuditPageResult>;
   /**
@@ -141,8 +143,8 @@ export interface TokenStore extends IdempotencyStore {
    * decode is null. `after`: a previous answer's `next` (null: from the start).
    */
   auditRange(tenantId: string, after: string | null, limit: number): Promise<{ items: Array<AuditEvent | null>; next: string | null }>;
-  /** The tenant's chain head, or null before its first event. */
-  auditHead(tenantId: string): Promise<AuditHead | null>;
+  /** The tenant's chain head and its anchor, or null before its first event. */
+  auditHead(tenantId: string): Promise<StoredAuditHead | null>;
   /** Resolves when the store answers; rejects with StoreUnavailableError when it does not. */
   ping(): Promise<void>;
   close(): Promise<void>;

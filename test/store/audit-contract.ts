@@ -2,7 +2,8 @@
  * The audit-trail part of the TokenStore contract (run from contract.ts against every store).
  */
 import type { Test } from 'tap';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { anchorSigner } from '../../src/audit/anchor.js';
 import { eventHash, type AuditEvent, type AuditEventInput } from '../../src/store/audit.js';
 import { checkStoredChain, storedEvents } from '../../src/store/audit-verify.js';
 import type { TokenStore } from '../../src/store/types.js';
@@ -17,41 +18,46 @@ export function auditInput(over: Partial<AuditEventInput> = {}): AuditEventInput
   };
 }
 
+/** The anchor signer of these tests (a service's comes from its master key). */
+export const SIGN = anchorSigner(randomBytes(32));
+
+/** The chain and the head's anchor under SIGN. */
 export async function checkChain(store: TokenStore, tenantId: string) {
-  return checkStoredChain(store, tenantId, 7);
+  return checkStoredChain(store, tenantId, { sign: SIGN, pageSize: 7 });
 }
 
 export function runAuditContract(t: Test, makeStore: (t: Test) => Promise<TokenStore>): void {
   t.test('audit: appends are chained per tenant, the head follows, the chain verifies', async (t) => {
     const s = await makeStore(t);
     t.equal(await s.auditHead(AUDIT_TENANT), null);
-    t.same(await checkChain(s, AUDIT_TENANT), { ok: true, events: 0 });
-    const first = await s.appendAudit(AUDIT_TENANT, [auditInput(), auditInput({ action: 'proxy.outbound', destination: 'https://api.example.com' })]);
-    const second = await s.appendAudit(AUDIT_TENANT, [auditInput({ token_ids: ['a', 'b'] })]);
+    t.same(await checkChain(s, AUDIT_TENANT), { ok: true, events: 0, unanchored: false });
+    const first = await s.appendAudit(AUDIT_TENANT, [auditInput(), auditInput({ action: 'proxy.outbound', destination: 'https://api.example.com' })], SIGN);
+    const second = await s.appendAudit(AUDIT_TENANT, [auditInput({ token_ids: ['a', 'b'] })], SIGN);
     const all = [...first, ...second];
     t.same(all.map((e) => e.seq), [1, 2, 3]);
     t.equal(all[0]!.prev_hash, '0'.repeat(64));
     t.equal(all[1]!.prev_hash, eventHash(all[0]!));
     t.equal(all[2]!.prev_hash, eventHash(all[1]!));
-    t.same(await s.auditHead(AUDIT_TENANT), { seq: 3, hash: eventHash(all[2]!) });
+    const head = { seq: 3, hash: eventHash(all[2]!) };
+    t.same(await s.auditHead(AUDIT_TENANT), { ...head, anchor: SIGN(AUDIT_TENANT, head) }, 'the head carries the anchor its signer computed');
     const stored: Array<AuditEvent | null> = [];
     for await (const e of storedEvents(s, AUDIT_TENANT, 2)) stored.push(e);
     t.same(stored, all, 'auditRange pages return the events as written, oldest first');
-    t.same(await checkChain(s, AUDIT_TENANT), { ok: true, events: 3 });
-    t.same(await s.appendAudit(AUDIT_TENANT, []), []);
+    t.same(await checkChain(s, AUDIT_TENANT), { ok: true, events: 3, unanchored: false });
+    t.same(await s.appendAudit(AUDIT_TENANT, [], SIGN), []);
     // Another tenant has its own chain.
-    const other = await s.appendAudit(OTHER_TENANT, [auditInput({ tenant_id: OTHER_TENANT })]);
+    const other = await s.appendAudit(OTHER_TENANT, [auditInput({ tenant_id: OTHER_TENANT })], SIGN);
     t.equal(other[0]!.seq, 1);
-    t.same(await checkChain(s, OTHER_TENANT), { ok: true, events: 1 });
+    t.same(await checkChain(s, OTHER_TENANT), { ok: true, events: 1, unanchored: false });
     t.same((await s.listAudit(OTHER_TENANT, {}, { size: 10, after: null })).items, other);
   });
 
   t.test('audit: concurrent appends still form one chain', async (t) => {
     const s = await makeStore(t);
     const n = 60;
-    const results = await Promise.all(Array.from({ length: n }, (_, i) => s.appendAudit(AUDIT_TENANT, [auditInput({ request_id: `r${i}` })])));
+    const results = await Promise.all(Array.from({ length: n }, (_, i) => s.appendAudit(AUDIT_TENANT, [auditInput({ request_id: `r${i}` })], SIGN)));
     t.same(results.flat().map((e) => e.seq).sort((a, b) => a - b), Array.from({ length: n }, (_, i) => i + 1), 'every seq once');
-    t.same(await checkChain(s, AUDIT_TENANT), { ok: true, events: n });
+    t.same(await checkChain(s, AUDIT_TENANT), { ok: true, events: n, unanchored: false });
   });
 
   t.test('audit: listAudit is newest first, paged, filtered by token id and time', async (t) => {
@@ -59,7 +65,7 @@ export function runAuditContract(t: Test, makeStore: (t: Test) => Promise<TokenS
     const base = Date.parse('2030-01-01T00:00:00.000Z');
     const at = (i: number) => new Date(base + i * 60_000).toISOString();
     for (let i = 0; i < 12; i++) {
-      await s.appendAudit(AUDIT_TENANT, [auditInput({ token_ids: i % 3 === 0 ? ['x', `t${i}`] : [`t${i}`], created_at: at(i) })]);
+      await s.appendAudit(AUDIT_TENANT, [auditInput({ token_ids: i % 3 === 0 ? ['x', `t${i}`] : [`t${i}`], created_at: at(i) })], SIGN);
     }
     const seen: number[] = [];
     let after: string | null = null;

@@ -184,7 +184,8 @@ t.test('a version 1 file, duplicate fingerprints included, migrates to the curre
   t.teardown(() => store.close());
   const check = new Database(path, { readonly: true });
   t.teardown(() => check.close());
-  t.equal(check.pragma('user_version', { simple: true }), 4, 'the file is at version 4 (idempotency and the audit trail added)');
+  t.equal(check.pragma('user_version', { simple: true }), 5, 'the file is at version 5 (idempotency, the audit trail and its anchors added)');
+  t.ok((check.prepare('SELECT name FROM pragma_table_info(?)').all('audit_heads') as Array<{ name: string }>).some((c) => c.name === 'anchor'), 'heads have an anchor column (version 5)');
   t.ok(check.prepare("SELECT 1 FROM sqlite_master WHERE name = 'tokens_dedupe'").get(), 'with the unique index');
   t.ok(check.prepare("SELECT 1 FROM sqlite_master WHERE name = 'idempotency_keys'").get(), 'with the idempotency table (version 3)');
   t.ok(check.prepare("SELECT 1 FROM sqlite_master WHERE name = 'audit_events'").get(), 'with the audit trail tables (version 4)');
@@ -198,7 +199,7 @@ t.test('a version 1 file, duplicate fingerprints included, migrates to the curre
   await store.close();
   const again = new EmbeddedStore(path);
   t.teardown(() => again.close());
-  t.equal((await again.list(TENANT_A, {}, { size: 10, after: null })).items.length, 3, 'opening a version 4 file again changes nothing');
+  t.equal((await again.list(TENANT_A, {}, { size: 10, after: null })).items.length, 3, 'opening a version 5 file again changes nothing');
 });
 
 t.test('a file newer than this code is refused, and left as it was', async (t) => {
