@@ -87,7 +87,7 @@ async function start(config: LoadedConfig): Promise<number | null> {
     writePidFile(config);
     return cluster.runPrimary(config);
   }
-  const [{ createLogger }, { startService }] = await Promise.all([import('./log.js'), import('./server.js')]);
+  const [{ createLogger }, { startService }, { exitProcess, tryLog, SHUTDOWN_MARGIN_MS }] = await Promise.all([import('./log.js'), import('./server.js'), import('./exit.js')]);
   const log = cluster.workerLogger(createLogger(config.log.level));
   let service: Awaited<ReturnType<typeof startService>> | undefined;
   let stopping = false;
@@ -106,23 +106,33 @@ async function start(config: LoadedConfig): Promise<number | null> {
   try {
     service = await startService(config, { log });
   } catch (err) {
-    log.fatal({ error: { type: (err as Error).name, message: (err as Error).message } }, 'start-up failed');
+    tryLog(() => log.fatal({ error: { type: (err as Error).name, message: (err as Error).message } }, 'start-up failed'));
     // At once: a half-started service may still hold handles (a store connection, a reactor host).
-    process.exit(EXIT_FAILED);
+    exitProcess(log, EXIT_FAILED);
+    return null;
   }
   const running = service;
   log.info({ url: running.url, ...(running.metricsUrl ? { metrics: running.metricsUrl } : {}), store: config.store.kind, config: config.source }, cluster.listeningMessage());
   const stop = (signal: string): void => {
     if (stopping) {
       // A second signal: the operator does not want to wait for the drain.
-      log.warn({ signal }, 'second signal while draining: exiting at once');
-      process.exit(EXIT_FAILED);
+      tryLog(() => log.warn({ signal }, 'second signal while draining: exiting at once'));
+      exitProcess(log, EXIT_FAILED);
+      return;
     }
     stopping = true;
-    log.info({ signal, grace_ms: config.server.shutdown_grace_ms }, 'stopping: draining requests in flight');
+    // The grace of the model in service: a reload may have changed it.
+    const graceMs = running.model.config.server.shutdown_grace_ms;
+    tryLog(() => log.info({ signal, grace_ms: graceMs }, 'stopping: draining requests in flight'));
+    // The hard deadline (issue 23): whatever close() still waits for (a reactor host, a writer
+    // thread, a pool), the process ends. Not unref'd: it must fire.
+    setTimeout(() => {
+      tryLog(() => log.error({ grace_ms: graceMs, margin_ms: SHUTDOWN_MARGIN_MS }, 'shutdown deadline passed: exiting with work still in flight'));
+      exitProcess(log, EXIT_FAILED);
+    }, graceMs + SHUTDOWN_MARGIN_MS);
     running.close().then(
-      () => process.exit(EXIT_OK),
-      () => process.exit(EXIT_FAILED),
+      () => exitProcess(log, EXIT_OK),
+      () => exitProcess(log, EXIT_FAILED),
     );
   };
   cluster.onStopRequest(stop);

@@ -23,6 +23,7 @@ import type { Readable } from 'node:stream';
 import { RateLimiterClusterMaster } from 'rate-limiter-flexible';
 import type { LoadedConfig } from './config/load.js';
 import type { DestinationStream } from 'pino';
+import { exitProcess, SHUTDOWN_MARGIN_MS, tryLog } from './exit.js';
 import { createLogger, stdoutDestination, type Logger } from './log.js';
 
 /** The message the primary sends a worker to make it drain and exit. */
@@ -40,8 +41,11 @@ const RESTART_MIN_MS = 100;
 const RESTART_MAX_MS = 10_000;
 /** A worker that lived this long resets the back-off. */
 const YOUNG_MS = 30_000;
-/** After the drain's grace, workers still running are killed. */
-const STOP_SLACK_MS = 10_000;
+/**
+ * The primary's hard deadline comes this long after a worker's own (grace + SHUTDOWN_MARGIN_MS):
+ * a worker that could not end itself is killed, and the primary exits.
+ */
+const PRIMARY_EXTRA_MS = 1_000;
 
 /** The number of worker processes `server.workers` asks for (1: no cluster). */
 export function workerCount(config: LoadedConfig): number {
@@ -72,9 +76,9 @@ export function listeningMessage(): string {
 /**
  * Calls `stop` when the process is asked to stop: SIGTERM/SIGINT in a single process (a second
  * signal calls it again, `stop` decides what that means). In a worker, the primary's stop message
- * counts too, and only the first request of any kind calls `stop`: a terminal's Ctrl-C or a service
- * manager signals the whole process group, so a worker may get the signal and the primary's
- * message for the same stop; a second stop is the primary's call (it kills the workers).
+ * counts too: a terminal's Ctrl-C or a service manager signals the whole process group, so a
+ * worker may get the signal and the primary's message for the same stop, which is one stop; a
+ * second signal to the worker itself (or a second message) calls `stop` again.
  */
 export function onStopRequest(stop: (signal: string) => void): void {
   if (!cluster.isWorker) {
@@ -82,16 +86,20 @@ export function onStopRequest(stop: (signal: string) => void): void {
     process.on('SIGINT', () => stop('SIGINT'));
     return;
   }
+  // Signals and the primary's messages are counted apart: one of each is the same stop, a second
+  // of the same kind (a second signal to this worker, issue 23) is a second stop.
   let requested = false;
-  const once = (signal: string): void => {
-    if (requested) return;
+  let signals = 0;
+  let messages = 0;
+  const request = (signal: string, second: boolean): void => {
+    if (requested && !second) return;
     requested = true;
     stop(signal);
   };
-  process.on('SIGTERM', () => once('SIGTERM'));
-  process.on('SIGINT', () => once('SIGINT'));
+  process.on('SIGTERM', () => request('SIGTERM', ++signals > 1));
+  process.on('SIGINT', () => request('SIGINT', ++signals > 1));
   process.on('message', (m: unknown) => {
-    if (isStopMessage(m)) once(m.signal);
+    if (isStopMessage(m)) request(m.signal, ++messages > 1);
   });
 }
 
@@ -135,7 +143,8 @@ export function runPrimary(config: LoadedConfig): null {
   const log = createLogger(config.log.level, out).child({ pid: process.pid, role: 'primary' });
   if (config.store.kind === 'embedded' && config.store.path === ':memory:') {
     log.fatal({ workers: n }, 'start-up failed: server.workers > 1 needs a store the workers share (an embedded store file or Redis), not :memory:');
-    process.exit(1);
+    exitProcess(log, 1);
+    return null;
   }
   // Before the first fork: a worker's limiters register with it as they are built.
   new RateLimiterClusterMaster();
@@ -157,13 +166,15 @@ export function runPrimary(config: LoadedConfig): null {
   let started = false;
   let stopping = false;
   let failed = false;
+  /** The longest grace a worker serves with (a reload may change it: workers say so, see below). */
+  const shutdownGraceMs = (): number => config.server.shutdown_grace_ms;
 
   const exitWhenDone = (): void => {
     if (!stopping || slots.size > 0) return;
     // The workers' last lines are in their pipes: relay them before exiting.
     void Promise.all(outputs).then(() => {
-      log.info({ failed }, 'all workers exited');
-      process.exit(failed ? 1 : 0);
+      tryLog(() => log.info({ failed }, 'all workers exited'));
+      exitProcess(log, failed ? 1 : 0);
     });
   };
 
@@ -197,7 +208,7 @@ export function runPrimary(config: LoadedConfig): null {
       if (!started) {
         log.fatal({ worker: worker.id, code, signal }, 'start-up failed: a worker exited before all were listening');
         for (const w of slots.values()) w.process.kill('SIGKILL');
-        void Promise.all(outputs).then(() => process.exit(1));
+        void Promise.all(outputs).then(() => exitProcess(log, 1));
         return;
       }
       const deaths = Date.now() - bornAt < YOUNG_MS ? (youngDeaths.get(slot) ?? 0) + 1 : 1;
@@ -213,14 +224,16 @@ export function runPrimary(config: LoadedConfig): null {
 
   const stop = (signal: string): void => {
     if (stopping) {
-      log.warn({ signal }, 'second signal while draining: killing the workers, exiting at once');
+      tryLog(() => log.warn({ signal }, 'second signal while draining: killing the workers, exiting at once'));
       for (const w of slots.values()) w.process.kill('SIGKILL');
-      process.exit(1);
+      exitProcess(log, 1);
+      return;
     }
     stopping = true;
     for (const t of restarts.values()) clearTimeout(t);
     restarts.clear();
-    log.info({ signal, workers: slots.size, grace_ms: config.server.shutdown_grace_ms }, 'stopping: every worker drains its requests in flight');
+    const graceMs = shutdownGraceMs();
+    tryLog(() => log.info({ signal, workers: slots.size, grace_ms: graceMs }, 'stopping: every worker drains its requests in flight'));
     for (const w of slots.values()) {
       // A worker still starting has no stop handler yet: the signal ends it, as it would a single process.
       if (!ready.has(w)) {
@@ -232,11 +245,13 @@ export function runPrimary(config: LoadedConfig): null {
         if (err) w.process.kill('SIGTERM');
       });
     }
-    const slack = setTimeout(() => {
-      log.error({ workers: slots.size }, 'workers still running after the grace period: killed');
+    // The hard deadline (issue 23): not unref'd, and it ends the primary too, even if a killed
+    // worker's output pipe is still held open (by a process the worker started).
+    setTimeout(() => {
+      tryLog(() => log.error({ workers: slots.size }, 'shutdown deadline passed: the workers still running are killed'));
       for (const w of slots.values()) w.process.kill('SIGKILL');
-    }, config.server.shutdown_grace_ms + STOP_SLACK_MS);
-    slack.unref();
+      exitProcess(log, 1);
+    }, graceMs + SHUTDOWN_MARGIN_MS + PRIMARY_EXTRA_MS);
     exitWhenDone();
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
