@@ -15,7 +15,10 @@
  * - on SIGTERM/SIGINT asks every worker to stop (each drains as a single process does: see
  *   src/server.ts close) and exits 0 once all have exited (1 if one failed); a second signal kills
  *   the workers and exits 1 at once;
- * - re-sends SIGHUP to every worker.
+ * - on SIGHUP asks every worker to reload (an IPC message, never a signal to a worker that may be
+ *   starting), reloads a worker that became ready after a SIGHUP it may have missed, and keeps the
+ *   reload status file that `tokenproxy reload` reads (src/pid-file.ts);
+ * - writes the pid file once every worker listens (it owns the listener).
  */
 import cluster, { type Worker } from 'node:cluster';
 import { availableParallelism } from 'node:os';
@@ -25,6 +28,8 @@ import type { LoadedConfig } from './config/load.js';
 import type { DestinationStream } from 'pino';
 import { exitProcess, SHUTDOWN_MARGIN_MS, tryLog } from './exit.js';
 import { createLogger, stdoutDestination, type Logger } from './log.js';
+import { writePidFile, writeReloadStatus, type ProcessOutcome, type ProcessStatus } from './pid-file.js';
+import { onSighup } from './reload-signal.js';
 
 /** The message the primary sends a worker to make it drain and exit. */
 interface StopMessage {
@@ -34,6 +39,50 @@ interface StopMessage {
 
 function isStopMessage(m: unknown): m is StopMessage {
   return typeof m === 'object' && m !== null && (m as StopMessage).tokenproxy === 'stop' && typeof (m as StopMessage).signal === 'string';
+}
+
+/** Primary to worker: reload, for the primary's reload generation `generation` (issue 31). */
+interface ReloadMessage {
+  tokenproxy: 'reload';
+  generation: number;
+}
+
+/** Worker to primary: started (its handlers are in place), or a reload's outcome. */
+type WorkerMessage =
+  | { tokenproxy: 'ready'; grace_ms: number }
+  | { tokenproxy: 'reloaded'; generation: number; outcome: ProcessOutcome; grace_ms: number };
+
+function isReloadMessage(m: unknown): m is ReloadMessage {
+  return typeof m === 'object' && m !== null && (m as ReloadMessage).tokenproxy === 'reload' && Number.isSafeInteger((m as ReloadMessage).generation);
+}
+
+function isWorkerMessage(m: unknown): m is WorkerMessage {
+  if (typeof m !== 'object' || m === null) return false;
+  const w = m as WorkerMessage;
+  return (w.tokenproxy === 'ready' || w.tokenproxy === 'reloaded') && typeof w.grace_ms === 'number';
+}
+
+/** In a worker: calls `fn` with the generation of each reload the primary asks for. */
+export function onReloadMessage(fn: (generation: number) => void): void {
+  if (!cluster.isWorker) return;
+  process.on('message', (m: unknown) => {
+    if (isReloadMessage(m)) fn(m.generation);
+  });
+}
+
+function toPrimary(m: WorkerMessage): void {
+  // The primary gone (it exits after its workers): nothing to tell.
+  if (cluster.isWorker && process.connected) process.send!(m, undefined, {}, () => undefined);
+}
+
+/** In a worker: it serves, its stop and reload handlers are in place. */
+export function reportReady(graceMs: number): void {
+  toPrimary({ tokenproxy: 'ready', grace_ms: graceMs });
+}
+
+/** In a worker: the outcome of the reload for `generation`. */
+export function reportReloaded(generation: number, outcome: ProcessOutcome, graceMs: number): void {
+  toPrimary({ tokenproxy: 'reloaded', generation, outcome, grace_ms: graceMs });
 }
 
 /** Back-off before restarting a worker: doubles from RESTART_MIN_MS for each death in a row of a young worker. */
@@ -157,7 +206,7 @@ export function runPrimary(config: LoadedConfig): null {
   });
 
   const slots = new Map<number, Worker>();
-  /** Workers that listen, so have their stop handler (cli.ts start registers it right after). */
+  /** Workers that said they are ready: their stop and reload handlers are in place. */
   const ready = new WeakSet<Worker>();
   const outputs = new Set<Promise<void>>();
   const restarts = new Map<number, NodeJS.Timeout>();
@@ -166,8 +215,37 @@ export function runPrimary(config: LoadedConfig): null {
   let started = false;
   let stopping = false;
   let failed = false;
-  /** The longest grace a worker serves with (a reload may change it: workers say so, see below). */
-  const shutdownGraceMs = (): number => config.server.shutdown_grace_ms;
+  /** The grace each worker serves with (a reload may change it: workers say so in their messages). */
+  const graces = new Map<number, number>();
+  const shutdownGraceMs = (): number => Math.max(config.server.shutdown_grace_ms, ...graces.values());
+
+  // Reload (issue 31): `generation` counts SIGHUPs (from main.ts's first instruction on). A worker
+  // gets reload messages only once it said it is ready (its handlers are in place): one forked
+  // before the last SIGHUP may have read the file before it changed, so it is reloaded as soon as
+  // it is ready. Each worker's state goes to the status file beside the pid file.
+  const states = new Map<number, ProcessStatus>();
+  const forkedAt = new Map<Worker, number>();
+  let generation = 0;
+  const writeStatus = (): void => {
+    if (!started || !config.server.pid_file) return;
+    writeReloadStatus(config.server.pid_file, {
+      pid: process.pid, generation, processes: [...states.entries()].sort(([a], [b]) => a - b).map(([, p]) => p),
+    });
+  };
+  const sendReload = (w: Worker): void => {
+    const message: ReloadMessage = { tokenproxy: 'reload', generation };
+    w.send(message, (err: Error | null) => {
+      if (err) tryLog(() => log.warn({ worker: w.id, error: { type: err.name } }, 'reload message not delivered'));
+    });
+  };
+  const reloadAll = (): void => {
+    generation++;
+    if (stopping) return;
+    tryLog(() => log.info({ signal: 'SIGHUP', generation }, 'reloading every worker'));
+    for (const w of slots.values()) if (ready.has(w)) sendReload(w);
+    writeStatus();
+  };
+  generation = onSighup(reloadAll);
 
   const exitWhenDone = (): void => {
     if (!stopping || slots.size > 0) return;
@@ -182,24 +260,45 @@ export function runPrimary(config: LoadedConfig): null {
     const worker = cluster.fork();
     const bornAt = Date.now();
     slots.set(slot, worker);
+    forkedAt.set(worker, generation);
+    states.set(slot, { worker: slot, pid: worker.process.pid ?? null, generation, outcome: 'starting' });
+    writeStatus();
+    worker.on('message', (m: unknown) => {
+      if (!isWorkerMessage(m) || slots.get(slot) !== worker) return;
+      graces.set(slot, m.grace_ms);
+      if (m.tokenproxy === 'ready') {
+        ready.add(worker);
+        const at = forkedAt.get(worker) ?? 0;
+        states.set(slot, { worker: slot, pid: worker.process.pid ?? null, generation: at, outcome: 'started' });
+        if (generation > at) sendReload(worker);
+      } else {
+        const prev = states.get(slot);
+        if (!prev || m.generation >= prev.generation) states.set(slot, { worker: slot, pid: worker.process.pid ?? null, generation: m.generation, outcome: m.outcome });
+      }
+      writeStatus();
+    });
     const relayed = relayLines(worker.process.stdout!, out, paused);
     outputs.add(relayed);
     void relayed.then(() => outputs.delete(relayed));
     // An IPC send to a worker that just died: its exit is handled below.
     worker.on('error', (err: Error) => log.warn({ worker: worker.id, error: { type: err.name, message: err.message } }, 'worker channel error'));
     worker.once('listening', (address: { address: string | null; port: number }) => {
-      ready.add(worker);
       if (started) {
         log.info({ worker: worker.id, worker_pid: worker.process.pid }, 'worker restarted');
         return;
       }
       if (++listening < n) return;
       started = true;
+      // The primary owns the listener (node:cluster): its pid file is written now that every
+      // worker listens, never by a start that fails (issue 31).
+      if (config.server.pid_file) writePidFile(config.server.pid_file);
+      writeStatus();
       const host = (address.address ?? config.server.host).includes(':') ? `[${address.address}]` : address.address ?? config.server.host;
       log.info({ url: `http://${host}:${address.port}`, workers: n, store: config.store.kind, config: config.source }, 'tokenproxy listening');
     });
     worker.once('exit', (code: number | null, signal: string | null) => {
       slots.delete(slot);
+      graces.delete(slot);
       if (stopping) {
         if (code !== 0) failed = true;
         exitWhenDone();
@@ -215,6 +314,8 @@ export function runPrimary(config: LoadedConfig): null {
       youngDeaths.set(slot, deaths);
       const delay = Math.min(RESTART_MIN_MS * 2 ** (deaths - 1), RESTART_MAX_MS);
       log.error({ worker: worker.id, worker_pid: worker.process.pid, code, signal, restart_in_ms: delay }, 'worker exited; restarting it');
+      states.set(slot, { worker: slot, pid: null, generation, outcome: 'starting' });
+      writeStatus();
       restarts.set(slot, setTimeout(() => {
         restarts.delete(slot);
         fork(slot);
@@ -256,10 +357,6 @@ export function runPrimary(config: LoadedConfig): null {
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
-  // A reload (SIGHUP) is each worker's: the primary passes it on.
-  process.on('SIGHUP', () => {
-    for (const w of slots.values()) w.process.kill('SIGHUP');
-  });
 
   for (let slot = 1; slot <= n; slot++) fork(slot);
   return null;
