@@ -7,11 +7,12 @@
  * Exit codes: 0 done; 1 the command failed (a bad config, a start-up failure); 2 usage error.
  */
 import { randomBytes } from 'node:crypto';
-import { readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { sha256 } from './auth/keys.js';
 import { ConfigError, type LoadedConfig } from './config/load.js';
 import { loadFullConfig } from './model/compile.js';
+import type { ProcessOutcome } from './pid-file.js';
 
 export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;
@@ -65,75 +66,115 @@ function digestLine(key: string): string {
   return `{ sha256: "${sha256(key).toString('hex')}" }`;
 }
 
-/** Writes server.pid_file (the process `tokenproxy reload` signals), removed again at exit. */
-function writePidFile(config: LoadedConfig): void {
-  const pidFile = config.server.pid_file;
-  if (!pidFile) return;
-  writeFileSync(pidFile, `${process.pid}\n`);
-  process.on('exit', () => {
-    try {
-      unlinkSync(pidFile);
-    } catch {
-      // Already gone: nothing to clean.
-    }
-  });
-}
-
 /** Starts the service and stops it cleanly on SIGTERM/SIGINT (the process stays up while it runs). */
 async function start(config: LoadedConfig): Promise<number | null> {
   // Loaded here, not at the top: the tool commands need none of the service's modules.
   const cluster = await import('./cluster.js');
-  if (cluster.isClusterPrimary(config)) {
-    writePidFile(config);
-    return cluster.runPrimary(config);
-  }
-  const [{ createLogger }, { startService }] = await Promise.all([import('./log.js'), import('./server.js')]);
+  if (cluster.isClusterPrimary(config)) return cluster.runPrimary(config);
+  const [{ createLogger }, { startService }, { exitProcess, tryLog, SHUTDOWN_MARGIN_MS }, { onSighup }, pidFiles] = await Promise.all([
+    import('./log.js'), import('./server.js'), import('./exit.js'), import('./reload-signal.js'), import('./pid-file.js'),
+  ]);
   const log = cluster.workerLogger(createLogger(config.log.level));
+  const worker = cluster.isWorkerProcess();
   let service: Awaited<ReturnType<typeof startService>> | undefined;
   let stopping = false;
-  // Live reload (README "Reload"): the outcome, and every problem of a refused file, is logged.
-  // Handled from the first moment: SIGHUP's default action would end the process. With
-  // server.workers, the primary passes SIGHUP on to every worker (src/cluster.ts).
-  process.on('SIGHUP', () => {
+  // Live reload (README "Reload", issue 31): a reload request is never lost. SIGHUP has been
+  // counted since main.ts's first instruction; one that arrived while the service was starting
+  // (it may have read the file before it changed) makes a reload right after start. A single
+  // process counts the signals as its generation and writes the outcome to the status file
+  // beside the pid file; a worker gets its reloads from the primary (with the primary's
+  // generation) and reports each outcome to it (src/cluster.ts).
+  let generation = 0;
+  let served: { generation: number; outcome: ProcessOutcome } = { generation: 0, outcome: 'started' };
+  let pendingGeneration: number | null = null;
+  const report = (): void => {
+    if (worker || !config.server.pid_file || !service) return;
+    pidFiles.writeReloadStatus(config.server.pid_file, {
+      pid: process.pid, generation, processes: [{ worker: null, pid: process.pid, ...served }],
+    });
+  };
+  const reloadNow = (g: number | null): void => {
+    if (stopping || !service) return;
+    tryLog(() => log.info({ signal: 'SIGHUP', ...(g !== null ? { generation: g } : {}) }, 'reloading the configuration'));
+    service.reload().then(
+      (o) => done(g, o.applied ? 'applied' : 'refused'),
+      (err: unknown) => {
+        tryLog(() => log.error({ error: { type: (err as Error).name } }, 'reload failed; the running configuration is kept'));
+        done(g, 'failed');
+      },
+    );
+  };
+  const done = (g: number | null, outcome: ProcessOutcome): void => {
+    if (g === null) return;
+    if (g >= served.generation) served = { generation: g, outcome };
+    if (worker) cluster.reportReloaded(g, outcome, service!.model.config.server.shutdown_grace_ms);
+    else report();
+  };
+  const request = (g: number | null): void => {
     if (stopping) return;
     if (!service) {
-      log.warn({ signal: 'SIGHUP' }, 'ignored: the service is still starting');
+      pendingGeneration = Math.max(pendingGeneration ?? 0, g ?? 0);
       return;
     }
-    log.info({ signal: 'SIGHUP' }, 'reloading the configuration');
-    service.reload().catch((err: unknown) => log.error({ error: { type: (err as Error).name } }, 'reload failed; the running configuration is kept'));
-  });
+    reloadNow(g);
+  };
+  if (worker) {
+    // A SIGHUP sent to the worker itself reloads it too (no generation: the primary did not count it).
+    if (onSighup(() => request(null)) > 0) pendingGeneration = 0;
+    cluster.onReloadMessage((g) => request(g));
+  } else {
+    generation = onSighup(() => request(++generation));
+    if (generation > 0) pendingGeneration = generation;
+  }
   try {
     service = await startService(config, { log });
   } catch (err) {
-    log.fatal({ error: { type: (err as Error).name, message: (err as Error).message } }, 'start-up failed');
+    tryLog(() => log.fatal({ error: { type: (err as Error).name, message: (err as Error).message } }, 'start-up failed'));
     // At once: a half-started service may still hold handles (a store connection, a reactor host).
-    process.exit(EXIT_FAILED);
+    exitProcess(log, EXIT_FAILED);
+    return null;
   }
   const running = service;
   log.info({ url: running.url, ...(running.metricsUrl ? { metrics: running.metricsUrl } : {}), store: config.store.kind, config: config.source }, cluster.listeningMessage());
   const stop = (signal: string): void => {
     if (stopping) {
       // A second signal: the operator does not want to wait for the drain.
-      log.warn({ signal }, 'second signal while draining: exiting at once');
-      process.exit(EXIT_FAILED);
+      tryLog(() => log.warn({ signal }, 'second signal while draining: exiting at once'));
+      exitProcess(log, EXIT_FAILED);
+      return;
     }
     stopping = true;
-    log.info({ signal, grace_ms: config.server.shutdown_grace_ms }, 'stopping: draining requests in flight');
+    // The grace of the model in service: a reload may have changed it.
+    const graceMs = running.model.config.server.shutdown_grace_ms;
+    tryLog(() => log.info({ signal, grace_ms: graceMs }, 'stopping: draining requests in flight'));
+    // The hard deadline (issue 23): whatever close() still waits for (a reactor host, a writer
+    // thread, a pool), the process ends. Not unref'd: it must fire.
+    setTimeout(() => {
+      tryLog(() => log.error({ grace_ms: graceMs, margin_ms: SHUTDOWN_MARGIN_MS }, 'shutdown deadline passed: exiting with work still in flight'));
+      exitProcess(log, EXIT_FAILED);
+    }, graceMs + SHUTDOWN_MARGIN_MS);
     running.close().then(
-      () => process.exit(EXIT_OK),
-      () => process.exit(EXIT_FAILED),
+      () => exitProcess(log, EXIT_OK),
+      () => exitProcess(log, EXIT_FAILED),
     );
   };
   cluster.onStopRequest(stop);
-  if (!cluster.isWorkerProcess()) writePidFile(config);
+  // A single process owns its listener: its pid file is written now that it listens (issue 31).
+  if (!worker && config.server.pid_file) {
+    served = { generation: pendingGeneration === null ? generation : 0, outcome: 'started' };
+    pidFiles.writePidFile(config.server.pid_file);
+    report();
+  }
+  if (worker) cluster.reportReady(running.model.config.server.shutdown_grace_ms);
+  if (pendingGeneration !== null) reloadNow(worker && pendingGeneration === 0 ? null : pendingGeneration);
   return null;
 }
 
 /** The process `tokenproxy reload` signals: --pid, else --pid-file, else the config's server.pid_file. */
-function reloadTarget(values: Values, io: Io): number | null {
+function reloadTarget(values: Values, io: Io): { pid: number; pidFile: string | null } | null {
   let text = values.pid as string | undefined;
   let from = '--pid';
+  let pidFile: string | null = null;
   if (text === undefined) {
     let file = values['pid-file'] as string | undefined;
     if (file === undefined) {
@@ -146,6 +187,7 @@ function reloadTarget(values: Values, io: Io): number | null {
       }
     }
     from = file;
+    pidFile = file;
     try {
       text = readFileSync(file, 'utf8').trim();
     } catch (err) {
@@ -157,7 +199,65 @@ function reloadTarget(values: Values, io: Io): number | null {
     io.err(`tokenproxy reload: ${from} does not hold a process id\n`);
     return null;
   }
-  return Number(text);
+  return { pid: Number(text), pidFile };
+}
+
+const RELOAD_POLL_MS = 50;
+const DEFAULT_RELOAD_TIMEOUT_S = 30;
+
+/**
+ * Sends SIGHUP and waits until every process of the service says (in the status file beside the
+ * pid file) it serves the file as of this signal: applied, or refused with the running
+ * configuration kept. Exit 0 only when every process applied it.
+ */
+async function reloadAndWait(values: Values, io: Io): Promise<number> {
+  const target = reloadTarget(values, io);
+  if (target === null) return EXIT_FAILED;
+  const timeoutText = (values.timeout as string | undefined) ?? String(DEFAULT_RELOAD_TIMEOUT_S);
+  if (!/^[0-9]{1,4}$/.test(timeoutText) || Number(timeoutText) === 0) {
+    io.err('tokenproxy reload: --timeout must be a whole number of seconds, 1 or more\n');
+    return EXIT_USAGE;
+  }
+  const { pid, pidFile } = target;
+  const { readReloadStatus, confirmed } = await import('./pid-file.js');
+  const before = pidFile ? readReloadStatus(pidFile) : null;
+  const goal = (before?.pid === pid ? before.generation : 0) + 1;
+  try {
+    process.kill(pid, 'SIGHUP');
+  } catch (err) {
+    io.err(`tokenproxy reload: cannot signal process ${pid} (${(err as NodeJS.ErrnoException).code ?? 'error'})\n`);
+    return EXIT_FAILED;
+  }
+  io.out(`sent SIGHUP to process ${pid}\n`);
+  if (!pidFile) {
+    io.out('no pid file given: not waiting for the outcome (it is in the service log)\n');
+    return EXIT_OK;
+  }
+  const deadline = Date.now() + Number(timeoutText) * 1000;
+  let status = readReloadStatus(pidFile);
+  while (!(status && status.pid === pid && confirmed(status, goal)) && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, RELOAD_POLL_MS));
+    status = readReloadStatus(pidFile);
+  }
+  const processes = status && status.pid === pid ? status.processes : [];
+  let ok = processes.length > 0;
+  for (const p of processes) {
+    const name = p.worker === null ? `process ${p.pid}` : `worker ${p.worker}${p.pid !== null ? ` (pid ${p.pid})` : ''}`;
+    const answered = p.outcome !== 'starting' && p.generation >= goal;
+    const what = !answered
+      ? `did not confirm within ${timeoutText} s (${p.outcome === 'starting' ? 'starting' : 'still on an earlier file'})`
+      : p.outcome === 'refused'
+        ? 'refused the file (its problems are in the service log); the running configuration is kept'
+        : p.outcome === 'failed'
+          ? 'failed to reload (see the service log); the running configuration is kept'
+          : 'serves the new file';
+    const good = answered && p.outcome !== 'refused' && p.outcome !== 'failed';
+    if (!good) ok = false;
+    if (good) io.out(`${name}: ${what}\n`);
+    else io.err(`${name}: ${what}\n`);
+  }
+  if (processes.length === 0) io.err(`tokenproxy reload: no reload status from process ${pid} within ${timeoutText} s (${pidFile}.reload)\n`);
+  return ok ? EXIT_OK : EXIT_FAILED;
 }
 
 const commands: Record<string, Command> = {
@@ -217,21 +317,10 @@ const commands: Record<string, Command> = {
     },
   },
   reload: {
-    summary: 'make a running service re-read its config file (sends SIGHUP)',
-    usage: `tokenproxy reload [--pid PID | --pid-file FILE | --config PATH]\n\nSends SIGHUP to the service. The process is found by --pid, else by the pid file named by\n--pid-file, else by server.pid_file of the config (which \`tokenproxy start\` writes). The service\nlogs the outcome: a valid file is in use at once (settings that need a restart are named); an\ninvalid one is refused with every problem, and the running configuration is kept.\n\n  -p, --pid PID       the service's process id\n      --pid-file FILE a file holding it\n${CONFIG_HELP}`,
-    options: { ...configOption, pid: { type: 'string', short: 'p' }, 'pid-file': { type: 'string' } },
-    run(values, io) {
-      const pid = reloadTarget(values, io);
-      if (pid === null) return EXIT_FAILED;
-      try {
-        process.kill(pid, 'SIGHUP');
-      } catch (err) {
-        io.err(`tokenproxy reload: cannot signal process ${pid} (${(err as NodeJS.ErrnoException).code ?? 'error'})\n`);
-        return EXIT_FAILED;
-      }
-      io.out(`sent SIGHUP to process ${pid}; the service logs the outcome\n`);
-      return EXIT_OK;
-    },
+    summary: 'make a running service re-read its config file, and wait for every process to confirm',
+    usage: `tokenproxy reload [--pid PID | --pid-file FILE | --config PATH] [--timeout SECONDS]\n\nSends SIGHUP to the service. The process is found by --pid, else by the pid file named by\n--pid-file, else by server.pid_file of the config (which \`tokenproxy start\` writes). With a pid file\nthe command waits until every process of the service (each worker) says it serves the new file\nor refused it, and prints each outcome. Exit 0: every process serves the new file; 1: one\nrefused it (an invalid file: its problems are in the service log, the running configuration is\nkept), failed, or did not confirm in time, or no process could be signalled. With --pid alone\nthe command only sends the signal.\n\n  -p, --pid PID       the service's process id\n      --pid-file FILE a file holding it\n      --timeout S     how long to wait for every process (default ${DEFAULT_RELOAD_TIMEOUT_S})\n${CONFIG_HELP}`,
+    options: { ...configOption, pid: { type: 'string', short: 'p' }, 'pid-file': { type: 'string' }, timeout: { type: 'string' } },
+    run: (values, io) => reloadAndWait(values, io),
   },
   'rotate-data-key': {
     summary: 'add a new data key to the store and make it current (old tokens stay readable)',

@@ -15,7 +15,10 @@
  * - on SIGTERM/SIGINT asks every worker to stop (each drains as a single process does: see
  *   src/server.ts close) and exits 0 once all have exited (1 if one failed); a second signal kills
  *   the workers and exits 1 at once;
- * - re-sends SIGHUP to every worker.
+ * - on SIGHUP asks every worker to reload (an IPC message, never a signal to a worker that may be
+ *   starting), reloads a worker that became ready after a SIGHUP it may have missed, and keeps the
+ *   reload status file that `tokenproxy reload` reads (src/pid-file.ts);
+ * - writes the pid file once every worker listens (it owns the listener).
  */
 import cluster, { type Worker } from 'node:cluster';
 import { availableParallelism } from 'node:os';
@@ -23,7 +26,10 @@ import type { Readable } from 'node:stream';
 import { RateLimiterClusterMaster } from 'rate-limiter-flexible';
 import type { LoadedConfig } from './config/load.js';
 import type { DestinationStream } from 'pino';
+import { exitProcess, SHUTDOWN_MARGIN_MS, tryLog } from './exit.js';
 import { createLogger, stdoutDestination, type Logger } from './log.js';
+import { writePidFile, writeReloadStatus, type ProcessOutcome, type ProcessStatus } from './pid-file.js';
+import { onSighup } from './reload-signal.js';
 
 /** The message the primary sends a worker to make it drain and exit. */
 interface StopMessage {
@@ -35,13 +41,60 @@ function isStopMessage(m: unknown): m is StopMessage {
   return typeof m === 'object' && m !== null && (m as StopMessage).tokenproxy === 'stop' && typeof (m as StopMessage).signal === 'string';
 }
 
+/** Primary to worker: reload, for the primary's reload generation `generation` (issue 31). */
+interface ReloadMessage {
+  tokenproxy: 'reload';
+  generation: number;
+}
+
+/** Worker to primary: started (its handlers are in place), or a reload's outcome. */
+type WorkerMessage =
+  | { tokenproxy: 'ready'; grace_ms: number }
+  | { tokenproxy: 'reloaded'; generation: number; outcome: ProcessOutcome; grace_ms: number };
+
+function isReloadMessage(m: unknown): m is ReloadMessage {
+  return typeof m === 'object' && m !== null && (m as ReloadMessage).tokenproxy === 'reload' && Number.isSafeInteger((m as ReloadMessage).generation);
+}
+
+function isWorkerMessage(m: unknown): m is WorkerMessage {
+  if (typeof m !== 'object' || m === null) return false;
+  const w = m as WorkerMessage;
+  return (w.tokenproxy === 'ready' || w.tokenproxy === 'reloaded') && typeof w.grace_ms === 'number';
+}
+
+/** In a worker: calls `fn` with the generation of each reload the primary asks for. */
+export function onReloadMessage(fn: (generation: number) => void): void {
+  if (!cluster.isWorker) return;
+  process.on('message', (m: unknown) => {
+    if (isReloadMessage(m)) fn(m.generation);
+  });
+}
+
+function toPrimary(m: WorkerMessage): void {
+  // The primary gone (it exits after its workers): nothing to tell.
+  if (cluster.isWorker && process.connected) process.send!(m, undefined, {}, () => undefined);
+}
+
+/** In a worker: it serves, its stop and reload handlers are in place. */
+export function reportReady(graceMs: number): void {
+  toPrimary({ tokenproxy: 'ready', grace_ms: graceMs });
+}
+
+/** In a worker: the outcome of the reload for `generation`. */
+export function reportReloaded(generation: number, outcome: ProcessOutcome, graceMs: number): void {
+  toPrimary({ tokenproxy: 'reloaded', generation, outcome, grace_ms: graceMs });
+}
+
 /** Back-off before restarting a worker: doubles from RESTART_MIN_MS for each death in a row of a young worker. */
 const RESTART_MIN_MS = 100;
 const RESTART_MAX_MS = 10_000;
 /** A worker that lived this long resets the back-off. */
 const YOUNG_MS = 30_000;
-/** After the drain's grace, workers still running are killed. */
-const STOP_SLACK_MS = 10_000;
+/**
+ * The primary's hard deadline comes this long after a worker's own (grace + SHUTDOWN_MARGIN_MS):
+ * a worker that could not end itself is killed, and the primary exits.
+ */
+const PRIMARY_EXTRA_MS = 1_000;
 
 /** The number of worker processes `server.workers` asks for (1: no cluster). */
 export function workerCount(config: LoadedConfig): number {
@@ -72,9 +125,9 @@ export function listeningMessage(): string {
 /**
  * Calls `stop` when the process is asked to stop: SIGTERM/SIGINT in a single process (a second
  * signal calls it again, `stop` decides what that means). In a worker, the primary's stop message
- * counts too, and only the first request of any kind calls `stop`: a terminal's Ctrl-C or a service
- * manager signals the whole process group, so a worker may get the signal and the primary's
- * message for the same stop; a second stop is the primary's call (it kills the workers).
+ * counts too: a terminal's Ctrl-C or a service manager signals the whole process group, so a
+ * worker may get the signal and the primary's message for the same stop, which is one stop; a
+ * second signal to the worker itself (or a second message) calls `stop` again.
  */
 export function onStopRequest(stop: (signal: string) => void): void {
   if (!cluster.isWorker) {
@@ -82,16 +135,20 @@ export function onStopRequest(stop: (signal: string) => void): void {
     process.on('SIGINT', () => stop('SIGINT'));
     return;
   }
+  // Signals and the primary's messages are counted apart: one of each is the same stop, a second
+  // of the same kind (a second signal to this worker, issue 23) is a second stop.
   let requested = false;
-  const once = (signal: string): void => {
-    if (requested) return;
+  let signals = 0;
+  let messages = 0;
+  const request = (signal: string, second: boolean): void => {
+    if (requested && !second) return;
     requested = true;
     stop(signal);
   };
-  process.on('SIGTERM', () => once('SIGTERM'));
-  process.on('SIGINT', () => once('SIGINT'));
+  process.on('SIGTERM', () => request('SIGTERM', ++signals > 1));
+  process.on('SIGINT', () => request('SIGINT', ++signals > 1));
   process.on('message', (m: unknown) => {
-    if (isStopMessage(m)) once(m.signal);
+    if (isStopMessage(m)) request(m.signal, ++messages > 1);
   });
 }
 
@@ -135,7 +192,8 @@ export function runPrimary(config: LoadedConfig): null {
   const log = createLogger(config.log.level, out).child({ pid: process.pid, role: 'primary' });
   if (config.store.kind === 'embedded' && config.store.path === ':memory:') {
     log.fatal({ workers: n }, 'start-up failed: server.workers > 1 needs a store the workers share (an embedded store file or Redis), not :memory:');
-    process.exit(1);
+    exitProcess(log, 1);
+    return null;
   }
   // Before the first fork: a worker's limiters register with it as they are built.
   new RateLimiterClusterMaster();
@@ -148,7 +206,7 @@ export function runPrimary(config: LoadedConfig): null {
   });
 
   const slots = new Map<number, Worker>();
-  /** Workers that listen, so have their stop handler (cli.ts start registers it right after). */
+  /** Workers that said they are ready: their stop and reload handlers are in place. */
   const ready = new WeakSet<Worker>();
   const outputs = new Set<Promise<void>>();
   const restarts = new Map<number, NodeJS.Timeout>();
@@ -157,13 +215,44 @@ export function runPrimary(config: LoadedConfig): null {
   let started = false;
   let stopping = false;
   let failed = false;
+  /** The grace each worker serves with (a reload may change it: workers say so in their messages). */
+  const graces = new Map<number, number>();
+  const shutdownGraceMs = (): number => Math.max(config.server.shutdown_grace_ms, ...graces.values());
+
+  // Reload (issue 31): `generation` counts SIGHUPs (from main.ts's first instruction on). A worker
+  // gets reload messages only once it said it is ready (its handlers are in place): one forked
+  // before the last SIGHUP may have read the file before it changed, so it is reloaded as soon as
+  // it is ready. Each worker's state goes to the status file beside the pid file.
+  const states = new Map<number, ProcessStatus>();
+  const forkedAt = new Map<Worker, number>();
+  let generation = 0;
+  const writeStatus = (): void => {
+    if (!started || !config.server.pid_file) return;
+    writeReloadStatus(config.server.pid_file, {
+      pid: process.pid, generation, processes: [...states.entries()].sort(([a], [b]) => a - b).map(([, p]) => p),
+    });
+  };
+  const sendReload = (w: Worker): void => {
+    const message: ReloadMessage = { tokenproxy: 'reload', generation };
+    w.send(message, (err: Error | null) => {
+      if (err) tryLog(() => log.warn({ worker: w.id, error: { type: err.name } }, 'reload message not delivered'));
+    });
+  };
+  const reloadAll = (): void => {
+    generation++;
+    if (stopping) return;
+    tryLog(() => log.info({ signal: 'SIGHUP', generation }, 'reloading every worker'));
+    for (const w of slots.values()) if (ready.has(w)) sendReload(w);
+    writeStatus();
+  };
+  generation = onSighup(reloadAll);
 
   const exitWhenDone = (): void => {
     if (!stopping || slots.size > 0) return;
     // The workers' last lines are in their pipes: relay them before exiting.
     void Promise.all(outputs).then(() => {
-      log.info({ failed }, 'all workers exited');
-      process.exit(failed ? 1 : 0);
+      tryLog(() => log.info({ failed }, 'all workers exited'));
+      exitProcess(log, failed ? 1 : 0);
     });
   };
 
@@ -171,24 +260,45 @@ export function runPrimary(config: LoadedConfig): null {
     const worker = cluster.fork();
     const bornAt = Date.now();
     slots.set(slot, worker);
+    forkedAt.set(worker, generation);
+    states.set(slot, { worker: slot, pid: worker.process.pid ?? null, generation, outcome: 'starting' });
+    writeStatus();
+    worker.on('message', (m: unknown) => {
+      if (!isWorkerMessage(m) || slots.get(slot) !== worker) return;
+      graces.set(slot, m.grace_ms);
+      if (m.tokenproxy === 'ready') {
+        ready.add(worker);
+        const at = forkedAt.get(worker) ?? 0;
+        states.set(slot, { worker: slot, pid: worker.process.pid ?? null, generation: at, outcome: 'started' });
+        if (generation > at) sendReload(worker);
+      } else {
+        const prev = states.get(slot);
+        if (!prev || m.generation >= prev.generation) states.set(slot, { worker: slot, pid: worker.process.pid ?? null, generation: m.generation, outcome: m.outcome });
+      }
+      writeStatus();
+    });
     const relayed = relayLines(worker.process.stdout!, out, paused);
     outputs.add(relayed);
     void relayed.then(() => outputs.delete(relayed));
     // An IPC send to a worker that just died: its exit is handled below.
     worker.on('error', (err: Error) => log.warn({ worker: worker.id, error: { type: err.name, message: err.message } }, 'worker channel error'));
     worker.once('listening', (address: { address: string | null; port: number }) => {
-      ready.add(worker);
       if (started) {
         log.info({ worker: worker.id, worker_pid: worker.process.pid }, 'worker restarted');
         return;
       }
       if (++listening < n) return;
       started = true;
+      // The primary owns the listener (node:cluster): its pid file is written now that every
+      // worker listens, never by a start that fails (issue 31).
+      if (config.server.pid_file) writePidFile(config.server.pid_file);
+      writeStatus();
       const host = (address.address ?? config.server.host).includes(':') ? `[${address.address}]` : address.address ?? config.server.host;
       log.info({ url: `http://${host}:${address.port}`, workers: n, store: config.store.kind, config: config.source }, 'tokenproxy listening');
     });
     worker.once('exit', (code: number | null, signal: string | null) => {
       slots.delete(slot);
+      graces.delete(slot);
       if (stopping) {
         if (code !== 0) failed = true;
         exitWhenDone();
@@ -197,13 +307,15 @@ export function runPrimary(config: LoadedConfig): null {
       if (!started) {
         log.fatal({ worker: worker.id, code, signal }, 'start-up failed: a worker exited before all were listening');
         for (const w of slots.values()) w.process.kill('SIGKILL');
-        void Promise.all(outputs).then(() => process.exit(1));
+        void Promise.all(outputs).then(() => exitProcess(log, 1));
         return;
       }
       const deaths = Date.now() - bornAt < YOUNG_MS ? (youngDeaths.get(slot) ?? 0) + 1 : 1;
       youngDeaths.set(slot, deaths);
       const delay = Math.min(RESTART_MIN_MS * 2 ** (deaths - 1), RESTART_MAX_MS);
       log.error({ worker: worker.id, worker_pid: worker.process.pid, code, signal, restart_in_ms: delay }, 'worker exited; restarting it');
+      states.set(slot, { worker: slot, pid: null, generation, outcome: 'starting' });
+      writeStatus();
       restarts.set(slot, setTimeout(() => {
         restarts.delete(slot);
         fork(slot);
@@ -213,14 +325,16 @@ export function runPrimary(config: LoadedConfig): null {
 
   const stop = (signal: string): void => {
     if (stopping) {
-      log.warn({ signal }, 'second signal while draining: killing the workers, exiting at once');
+      tryLog(() => log.warn({ signal }, 'second signal while draining: killing the workers, exiting at once'));
       for (const w of slots.values()) w.process.kill('SIGKILL');
-      process.exit(1);
+      exitProcess(log, 1);
+      return;
     }
     stopping = true;
     for (const t of restarts.values()) clearTimeout(t);
     restarts.clear();
-    log.info({ signal, workers: slots.size, grace_ms: config.server.shutdown_grace_ms }, 'stopping: every worker drains its requests in flight');
+    const graceMs = shutdownGraceMs();
+    tryLog(() => log.info({ signal, workers: slots.size, grace_ms: graceMs }, 'stopping: every worker drains its requests in flight'));
     for (const w of slots.values()) {
       // A worker still starting has no stop handler yet: the signal ends it, as it would a single process.
       if (!ready.has(w)) {
@@ -232,19 +346,17 @@ export function runPrimary(config: LoadedConfig): null {
         if (err) w.process.kill('SIGTERM');
       });
     }
-    const slack = setTimeout(() => {
-      log.error({ workers: slots.size }, 'workers still running after the grace period: killed');
+    // The hard deadline (issue 23): not unref'd, and it ends the primary too, even if a killed
+    // worker's output pipe is still held open (by a process the worker started).
+    setTimeout(() => {
+      tryLog(() => log.error({ workers: slots.size }, 'shutdown deadline passed: the workers still running are killed'));
       for (const w of slots.values()) w.process.kill('SIGKILL');
-    }, config.server.shutdown_grace_ms + STOP_SLACK_MS);
-    slack.unref();
+      exitProcess(log, 1);
+    }, graceMs + SHUTDOWN_MARGIN_MS + PRIMARY_EXTRA_MS);
     exitWhenDone();
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
-  // A reload (SIGHUP) is each worker's: the primary passes it on.
-  process.on('SIGHUP', () => {
-    for (const w of slots.values()) w.process.kill('SIGHUP');
-  });
 
   for (let slot = 1; slot <= n; slot++) fork(slot);
   return null;

@@ -176,10 +176,12 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     cleanups.unshift(() => clearInterval(purge));
     const refresh = startKeyRefresh(ring, config.store.data_key_refresh_seconds, log);
     cleanups.unshift(refresh);
-    // An old model's last request is done: its proxy pools close, and reactors the current model
-    // no longer has are disposed.
+    // An old model's last request is done: its proxy and outbound pools close, and reactors the
+    // current model no longer has are disposed. The only retire (issue 23: a second, module-level
+    // one that also closed the outbound pool was shadowed by this one, so that pool never closed).
     const retire = (s: Serving): void => {
       void s.proxies.retire();
+      s.outbound.close().catch((err: unknown) => log.warn({ error: { type: (err as Error).name } }, 'closing a retired outbound pool failed'));
       reactors.prune(live.current.reactors).catch((err: unknown) => log.warn({ error: { type: (err as Error).name } }, 'disposing removed reactors failed'));
     };
     const reloader = new Reloader(log, ring, reactors, live, (model) => {
@@ -216,12 +218,6 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     for (const c of cleanups) await c();
     throw err;
   }
-}
-
-/** A model's proxies and outbound pools close once its last request has ended. */
-function retire(s: Serving): void {
-  void s.proxies.retire();
-  void s.outbound.close();
 }
 
 /** How often a draining server closes the keep-alive connections that have become idle. */

@@ -16,7 +16,7 @@
  * TOKENPROXY_BENCH_NODE_FLAGS="--flag …" adds Node flags to the service's command line (e.g. a
  * V8 heap setting, for a comparison).
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';

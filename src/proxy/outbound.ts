@@ -10,7 +10,6 @@
  *     SVC-PROXY-DESTINATION-STATUS, and no redirect is followed.
  */
 import type { IncomingHttpHeaders } from 'node:http';
-import type { Detokenizer } from '../detokenize/service.js';
 import { ServiceError } from '../errors.js';
 import { mediaType, readBody } from '../http/body.js';
 import type { Context } from '../http/context.js';

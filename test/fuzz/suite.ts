@@ -28,7 +28,7 @@ import { toProblem } from '../../src/errors.js';
 import { readJson } from '../../src/http/body.js';
 import type { TokenStore } from '../../src/store/types.js';
 import { baseConfig, call, KEYS, TENANT_A, startTestService, type StartTestOptions, type TestService } from '../helpers/service.js';
-import { createBody, malformed, NONCE, serialize, tokenizeBody, type Json } from './bodies.js';
+import { createBody, malformed, NONCE, serialize, tokenizeBody } from './bodies.js';
 
 export const SEED = process.env.FUZZ_SEED !== undefined ? Number(process.env.FUZZ_SEED) : randomInt(2 ** 31);
 const SCALE = Number(process.env.FUZZ_SCALE ?? 1);
@@ -51,20 +51,6 @@ interface Answer {
 const KEY_NAMES = ['public', 'masked', 'private'] as const;
 type KeyName = (typeof KEY_NAMES)[number];
 const WITHOUT_REVEAL: ReadonlySet<KeyName> = new Set(['public', 'masked']);
-
-const DEFINITION_FIELDS = new Set(['type', 'data', 'id', 'containers', 'metadata', 'search_indexes', 'fingerprint_expression', 'mask', 'deduplicate_token', 'expires_at']);
-
-/** Definitions of a body as the walk finds them, with the JSON path the service gives each. */
-function definitionsOf(body: unknown): Array<{ path: string; def: Record<string, unknown> }> {
-  const out: Array<{ path: string; def: Record<string, unknown> }> = [];
-  const visit = (v: unknown, path: string): void => {
-    if (isDefinition(v)) out.push({ path, def: v });
-    else if (Array.isArray(v)) v.forEach((x, i) => visit(x, `${path}[${i}]`));
-    else if (typeof v === 'object' && v !== null) for (const [k, x] of Object.entries(v)) visit(x, path ? `${path}.${k}` : k);
-  };
-  visit(body, '');
-  return out;
-}
 
 function isDefinition(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v) && 'type' in v && 'data' in v;

@@ -40,7 +40,7 @@ export function runCli(args: string[], env: Record<string, string> = {}): Promis
 /** `startTimeoutMs`: how long it may take to say it listens (a cluster's workers start after their primary). */
 export async function startChild(configPath: string, env: Record<string, string> = {}, startTimeoutMs = 30_000): Promise<ChildService> {
   const child = spawn(process.execPath, [...loaderArgs(), 'src/main.ts', '--config', configPath], {
-    env: { ...process.env, ...env, PORT: '0' },
+    env: { ...process.env, PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';

@@ -6,10 +6,7 @@
 import { Sqlite as Database } from '../../src/store/sqlite.js';
 import { join } from 'node:path';
 import t from 'tap';
-import { redisForFile } from '../helpers/redis.js';
 import { startTestService } from '../helpers/service.js';
-
-const CARD = '4242424242424242';
 
 t.test('a stored record tampered with underneath the service answers 500 internal_error', async (t) => {
   const s = await startTestService(t);
