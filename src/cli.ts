@@ -363,7 +363,7 @@ const commands: Record<string, Command> = {
       }
       const config = loadConfig(values, io);
       if (!config) return EXIT_FAILED;
-      const { verifyTenantAudit } = await import('./store/audit-verify.js');
+      const { verifyTenantAudit } = await import('./audit/verify.js');
       return verifyTenantAudit(config, { tenantId: tenant, expect, allowUnanchored: values['allow-unanchored'] === true }, io);
     },
   },

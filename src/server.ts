@@ -92,14 +92,16 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
   const { store, ring } = await openStoreAndRing(config, log, undefined, (s) => instrumentStore(s, metrics?.store(config.store.kind)));
   const cleanups: Array<() => Promise<void> | void> = [() => store.close()];
   try {
+    // Every audit append goes through one trail: anchored, its new heads logged (issue 23). The
+    // vault and the detokenizer append to it themselves.
+    const audit = new AuditTrail(store, ring.auditAnchors(), log);
+    cleanups.push(() => audit.close());
     const tokens = new TokenService(store, ring, {
       maxDepth: config.server.max_depth,
       cvcRetentionMs: config.store.cvc_retention_seconds * 1000,
       metrics,
+      audit,
     });
-    // Every audit append goes through one trail: anchored, its new heads logged (issue 23).
-    const audit = new AuditTrail(store, ring.auditAnchors(), log);
-    cleanups.push(() => audit.close());
     const detokenizer = new Detokenizer(store, tokens, { audit, log });
     const limits = RateLimitService.create(config.rate_limits, { log, ipv6Prefix: config.server.ipv6_prefix });
     cleanups.push(() => limits.close());
@@ -124,8 +126,8 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
         egress: new EgressPolicy(model.config.tenants), detokenizer, bodyLimit: server.body_limit_bytes, maxDepth: server.max_depth,
       });
       const routes: Route[] = idempotency.wrap([
-        ...healthRoutes(store, () => draining), ...tokenRoutes(tokens, detokenizer), ...managementRoutes(), ...reactorRoutes(reactors.runtime, tokens, detokenizer), ...proxyRoutes(proxies, outbound),
-        ...detokenizeRoutes(detokenizer, store), ...metricsHttp.routes,
+        ...healthRoutes(store, () => draining), ...tokenRoutes(tokens), ...managementRoutes(), ...reactorRoutes(reactors.runtime, tokens, detokenizer), ...proxyRoutes(proxies, outbound),
+        ...detokenizeRoutes(detokenizer, audit), ...metricsHttp.routes,
       ]);
       routes.push(...openApiRoutes(() => routes));
       const pipelineOptions: PipelineOptions = {

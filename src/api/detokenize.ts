@@ -11,7 +11,8 @@ import type { Context, Route } from '../http/context.js';
 import { sendJson } from '../http/respond.js';
 import type { AuditEvent, AuditFilter } from '../store/audit.js';
 import { InvalidCursorError } from '../store/factory.js';
-import { StoreUnavailableError, type TokenStore } from '../store/types.js';
+import { StoreUnavailableError } from '../store/types.js';
+import type { AuditTrail } from '../audit/trail.js';
 import { cursor, pageSize } from './paging.js';
 
 /** Answers with more values than this (bytes) are serialized in turns (detokenize/serialize.ts). */
@@ -64,14 +65,14 @@ function logFilter(params: URLSearchParams): AuditFilter {
   return filter;
 }
 
-export function detokenizeRoutes(detokenizer: Detokenizer, store: TokenStore): Route[] {
+export function detokenizeRoutes(detokenizer: Detokenizer, audit: AuditTrail): Route[] {
   const logs = async (ctx: Context) => {
     const q = ctx.url.searchParams;
     const filter = logFilter(q);
     const size = pageSize(q.get('size') ?? undefined);
     let page;
     try {
-      page = await store.listAudit(ctx.principal!.tenant.id, filter, { size, after: cursor(q.get('start')) });
+      page = await audit.list(ctx.principal!.tenant.id, filter, { size, after: cursor(q.get('start')) });
     } catch (err) {
       if (err instanceof InvalidCursorError) throw new ServiceError('invalid_cursor', { detail: 'Pass the pagination.next value of a previous page as start' });
       if (err instanceof StoreUnavailableError) throw new ServiceError('store_unavailable', { cause: err });

@@ -13,7 +13,6 @@ import type { TokenFilter } from '../store/types.js';
 import { setOwn } from '../vault/definition.js';
 import type { TokenService } from '../vault/service.js';
 import { AnyJson, problem, TokenDefinition, TokenPage, TokenRecord } from './schemas.js';
-import type { Detokenizer } from '../detokenize/service.js';
 import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE } from './paging.js';
 
 
@@ -160,28 +159,21 @@ const schemas = {
 } satisfies Record<string, RouteSchemas>;
 
 /**
- * `audit`: every answer that reveals plaintext (a reveal rule) is recorded in the audit trail
- * before it is sent (README "Audit trail").
+ * The token API. Every answer that reveals plaintext is audited by the token service itself
+ * (src/vault/service.ts), before it is returned: no route decides whether something was a reveal.
  */
-export function tokenRoutes(tokens: TokenService, audit?: Detokenizer): Route[] {
-  const revealed = async <T extends { data: Array<Record<string, unknown>> }>(ctx: Context, page: T): Promise<T> => {
-    await audit?.auditReads(ctx.principal!, page.data, ctx.requestId);
-    return page;
-  };
+export function tokenRoutes(tokens: TokenService): Route[] {
   const list = async (ctx: Context) => {
     const q = ctx.query as z.output<typeof ListQuery>;
-    const page = await tokens.list(ctx.principal!, { filter: listFilter(q), size: q.size, start: q.start }, ctx.log);
-    sendJson(ctx.res, 200, await revealed(ctx, page), ctx.headers);
+    sendJson(ctx.res, 200, await tokens.list(ctx.principal!, { filter: listFilter(q), size: q.size, start: q.start }, ctx), ctx.headers);
   };
   const searchGet = async (ctx: Context) => {
     const q = ctx.query as z.output<typeof SearchQuery>;
-    const page = await tokens.search(ctx.principal!, q.query ?? '', q.size, q.start, ctx.log);
-    sendJson(ctx.res, 200, await revealed(ctx, page), ctx.headers);
+    sendJson(ctx.res, 200, await tokens.search(ctx.principal!, q.query ?? '', q.size, q.start, ctx), ctx.headers);
   };
   const searchPost = async (ctx: Context) => {
     const b = (await ctx.readJson()) as z.output<typeof SearchBody>;
-    const page = await tokens.search(ctx.principal!, b.query ?? '', b.size, b.start, ctx.log);
-    sendJson(ctx.res, 200, await revealed(ctx, page), ctx.headers);
+    sendJson(ctx.res, 200, await tokens.search(ctx.principal!, b.query ?? '', b.size, b.start, ctx), ctx.headers);
   };
   const api = { auth: 'api' } as const;
   return [
@@ -197,19 +189,14 @@ export function tokenRoutes(tokens: TokenService, audit?: Detokenizer): Route[] 
     { ...api, method: 'POST', path: '/v2/tokens/search', group: 'tokens.search.post', permission: 'token:search', schemas: schemas.searchPost, handle: searchPost },
     { ...api, method: 'GET', path: '/tokens/:id', group: 'tokens.read', permission: 'token:read', schemas: schemas.read,
       handle: async (ctx) => {
-        const record = await tokens.read(ctx.principal!, ctx.params.id!, ctx.log);
-        await revealed(ctx, { data: [record] });
-        sendJson(ctx.res, 200, record, ctx.headers);
+        sendJson(ctx.res, 200, await tokens.read(ctx.principal!, ctx.params.id!, ctx), ctx.headers);
       } },
     { ...api, method: 'PATCH', path: '/tokens/:id', group: 'tokens.update', permission: 'token:update', idempotent: true, schemas: schemas.update,
       handle: async (ctx) => {
-        // The answer is the updated record as a read shows it: under a reveal rule, a reveal.
-        const record = await tokens.update(ctx.principal!, ctx.params.id!, await ctx.readJson(isMergePatch), ctx.log);
-        await revealed(ctx, { data: [record] });
-        sendJson(ctx.res, 200, record, ctx.headers);
+        sendJson(ctx.res, 200, await tokens.update(ctx.principal!, ctx.params.id!, await ctx.readJson(isMergePatch), ctx), ctx.headers);
       },
       // A replay shows the token again, audited as above; the stored answer holds no data (issue 23).
-      replayRecord: async (ctx, id) => (await revealed(ctx, { data: [await tokens.updatedView(ctx.principal!, id, ctx.log)] })).data[0]! },
+      replayRecord: (ctx, id) => tokens.updatedView(ctx.principal!, id, ctx) },
     { ...api, method: 'DELETE', path: '/tokens/:id', group: 'tokens.delete', permission: 'token:delete', schemas: schemas.remove,
       handle: async (ctx) => {
         await tokens.remove(ctx.principal!, ctx.params.id!);

@@ -1,14 +1,44 @@
 /**
- * The audit trail as the service writes it (README "Audit trail"): every append goes through
+ * The audit trail (README "Audit trail"), one module for its three uses: appending (the vault
+ * and the detokenizer call it themselves for every reveal and use), listing (GET /logs) and
+ * verifying (`tokenproxy verify-audit`). Every append goes through
  * here, anchored (audit/anchor.ts), and each new chain head is logged at info (`audit chain head`,
  * `audit_head: <seq>:<hash>`, no value and no key) after each append batch, and once more at
  * shutdown, so an operator can keep the latest head outside the store and catch a rollback with
  * `tokenproxy verify-audit --expect-head` (issue 23).
  */
 import type { Logger } from '../log.js';
-import { eventHash, type AuditEvent, type AuditEventInput } from '../store/audit.js';
-import type { TokenStore } from '../store/types.js';
-import { formatHead, type AuditAnchorSigner } from './anchor.js';
+import { eventHash, verifyChain, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditHead, type ChainCheck } from '../store/audit.js';
+import type { Page, TokenStore } from '../store/types.js';
+import { anchorMatches, formatHead, type AuditAnchorSigner } from './anchor.js';
+
+/** A tenant's stored events, oldest first, through auditRange's pages (null: an entry that does not decode). */
+export async function* storedEvents(store: TokenStore, tenantId: string, pageSize = 1000): AsyncGenerator<AuditEvent | null> {
+  let after: string | null = null;
+  do {
+    const page: { items: Array<AuditEvent | null>; next: string | null } = await store.auditRange(tenantId, after, pageSize);
+    yield* page.items;
+    after = page.next;
+  } while (after !== null);
+}
+
+export interface StoredChainOptions {
+  /** The anchor signer under the service's master key; null: the anchor is not checked (store contract tests). */
+  sign: AuditAnchorSigner | null;
+  expect?: AuditHead;
+  allowUnanchored?: boolean;
+  pageSize?: number;
+}
+
+/** Checks a tenant's chain in an open store. */
+export async function checkStoredChain(store: TokenStore, tenantId: string, opts: StoredChainOptions): Promise<ChainCheck> {
+  const sign = opts.sign;
+  return verifyChain(storedEvents(store, tenantId, opts.pageSize), await store.auditHead(tenantId), tenantId, {
+    anchor: sign === null ? null : (tenant, head, anchor) => anchorMatches(sign, tenant, head, anchor),
+    expect: opts.expect,
+    allowUnanchored: opts.allowUnanchored,
+  });
+}
 
 export class AuditTrail {
   /** The newest head this process wrote, per tenant (the last append's, even when lower: a store rolled back shows in the log). */
@@ -32,6 +62,16 @@ export class AuditTrail {
       this.#unlogged.add(tenantId);
     }
     return events;
+  }
+
+  /** One page of a tenant's events, newest first as the store lists them (GET /logs). */
+  list(tenantId: string, filter: AuditFilter, page: Page): ReturnType<TokenStore['listAudit']> {
+    return this.store.listAudit(tenantId, filter, page);
+  }
+
+  /** Checks a tenant's chain, its head and the head's anchor (and `expect`, a head kept earlier). */
+  verify(tenantId: string, opts: { expect?: AuditHead; allowUnanchored?: boolean } = {}): Promise<ChainCheck> {
+    return checkStoredChain(this.store, tenantId, { sign: this.sign, ...opts });
   }
 
   /** Logs the newest head of every tenant this process appended to (at shutdown). */

@@ -132,20 +132,6 @@ export class Detokenizer {
     return { tokens: out, detailed: revealsAll(p, records) };
   }
 
-  /**
-   * Records the reveals in a token API answer (GET /tokens/{id}, list and search): the records
-   * that carry data under a reveal rule. Nothing when none does.
-   */
-  async auditReads(p: Principal, records: ReadonlyArray<Record<string, unknown>>, requestId: string): Promise<void> {
-    const ids: string[] = [];
-    for (const r of records) {
-      const container = Array.isArray(r.containers) ? r.containers[0] : undefined;
-      if (r.data === undefined || typeof container !== 'string' || typeof r.id !== 'string') continue;
-      if (access.grant(p.app, 'token:read', container) === 'reveal') ids.push(r.id);
-    }
-    if (ids.length > 0) await this.append(p, 'token.reveal', ids, null, requestId);
-  }
-
   /** Live tokens of the caller's tenant for every id, or 400 unknown_token. */
   private async fetch(p: Principal, ids: readonly string[]): Promise<StoredToken[]> {
     const unique = [...new Set(ids)];

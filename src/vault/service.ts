@@ -13,6 +13,7 @@ import type { Principal } from '../auth/keys.js';
 import { ServiceError, type FieldErrors } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { VaultMetrics } from '../metrics/registry.js';
+import type { AuditTrail } from '../audit/trail.js';
 import { InvalidCursorError } from '../store/factory.js';
 import { DuplicateTokenError, StoreUnavailableError, type StoredToken, type TokenFilter, type TokenStore } from '../store/types.js';
 import type { CardData } from './card.js';
@@ -56,7 +57,22 @@ export interface TokenServiceOptions {
   log?: Logger;
   /** Counts reveals (README "Metrics"). */
   metrics?: VaultMetrics;
+  /**
+   * Where every reveal is recorded (issue 23, "audit in the domain"): each read, list, search or
+   * update answer that carries plaintext under a reveal rule appends one `token.reveal` event
+   * before it returns, so no route decides whether something was a reveal.
+   */
+  audit?: Pick<AuditTrail, 'append'>;
 }
+
+/** The request a read serves: its trace id names the audit event; its logger gets mask failures. */
+export interface ReadRequest {
+  requestId: string;
+  log?: Logger;
+}
+
+/** The tokens one answer revealed (filled by shape, appended to the audit trail by the caller). */
+type Reveals = string[];
 
 export interface ListQuery {
   filter: TokenFilter;
@@ -234,10 +250,13 @@ export class TokenService {
   }
 
   /** GET /tokens/{id}: the read rule's transform applies; other tenants' tokens are 404. */
-  async read(p: Principal, id: string, log?: Logger): Promise<TokenRecord> {
+  async read(p: Principal, id: string, req: ReadRequest): Promise<TokenRecord> {
     const t = await this.guard(() => this.store.get(p.tenant.id, id));
     if (!t) throw new ServiceError('not_found', { detail: 'No token with this id' });
-    return await this.shape(p, t, access.requireGrant(p.app, 'token:read', t.container), log);
+    const reveals: Reveals = [];
+    const record = await this.shape(p, t, access.requireGrant(p.app, 'token:read', t.container), req.log, reveals);
+    await this.audit(p, reveals, req);
+    return record;
   }
 
   /**
@@ -245,7 +264,7 @@ export class TokenService {
    * token's whole data is a read of it: 403 unless the key reads the container with reveal,
    * checked before any expression is tried on the data.
    */
-  async update(p: Principal, id: string, patch: unknown, log?: Logger): Promise<TokenRecord> {
+  async update(p: Principal, id: string, patch: unknown, req: ReadRequest): Promise<TokenRecord> {
     const t = await this.guard(() => this.store.get(p.tenant.id, id));
     if (!t) throw new ServiceError('not_found', { detail: 'No token with this id' });
     access.requireGrant(p.app, 'token:update', t.container);
@@ -263,7 +282,11 @@ export class TokenService {
     record.modified_by = p.app.id;
     record.modified_at = new Date(this.now()).toISOString();
     if (!(await this.guard(() => this.store.update(record)))) throw new ServiceError('not_found', { detail: 'No token with this id' });
-    return await this.shape(p, record, access.readTransform(p.app, record.container), log);
+    // The answer is the updated record as a read shows it: under a reveal rule, a reveal.
+    const reveals: Reveals = [];
+    const shown = await this.shape(p, record, access.readTransform(p.app, record.container), req.log, reveals);
+    await this.audit(p, reveals, req);
+    return shown;
   }
 
   /**
@@ -271,11 +294,14 @@ export class TokenService {
    * replay of a PATCH renders its data again through the same checks (issue 23). Deleted or
    * expired: 404, as a read answers.
    */
-  async updatedView(p: Principal, id: string, log?: Logger): Promise<TokenRecord> {
+  async updatedView(p: Principal, id: string, req: ReadRequest): Promise<TokenRecord> {
     const t = await this.guard(() => this.store.get(p.tenant.id, id));
     if (!t) throw new ServiceError('not_found', { detail: 'No token with this id' });
     access.requireGrant(p.app, 'token:update', t.container);
-    return await this.shape(p, t, access.readTransform(p.app, t.container), log);
+    const reveals: Reveals = [];
+    const shown = await this.shape(p, t, access.readTransform(p.app, t.container), req.log, reveals);
+    await this.audit(p, reveals, req);
+    return shown;
   }
 
   async remove(p: Principal, id: string): Promise<void> {
@@ -289,7 +315,7 @@ export class TokenService {
    * GET /tokens: filters as given, within the containers the key may search. That scope is part
    * of the store's query, so a page holds `size` records whenever that many match.
    */
-  async list(p: Principal, q: ListQuery, log?: Logger): Promise<ListResponse> {
+  async list(p: Principal, q: ListQuery, req: ReadRequest): Promise<ListResponse> {
     // A fingerprint filter matches only tokens whose fingerprint the key may see (issue 31).
     const byFingerprint = q.filter.fingerprint !== undefined;
     const filter: TokenFilter = { ...q.filter, scope: byFingerprint ? access.fingerprintScope(p.app) : access.searchScope(p.app) };
@@ -302,18 +328,20 @@ export class TokenService {
     if (q.start !== null && after === null) throw new ServiceError('invalid_cursor', { detail: 'Pass the pagination.next value of a previous page of the same query as start' });
     const page = await this.guard(() => this.store.list(p.tenant.id, filter, { size: q.size, after }));
     const data: TokenRecord[] = [];
+    const reveals: Reveals = [];
     for (const t of page.items) {
       // The store applied the scope; a record outside it would be a store bug, never shown.
       if (access.grant(p.app, 'token:search', t.container) === null) continue;
       if (byFingerprint && !access.showsFingerprint(p.app, t.container)) continue;
-      data.push(await this.shape(p, t, access.readTransform(p.app, t.container), log));
+      data.push(await this.shape(p, t, access.readTransform(p.app, t.container), req.log, reveals));
     }
+    await this.audit(p, reveals, req);
     const next = page.next === null ? null : this.crypto.sealCursor(p.tenant.id, page.next, context);
     return { pagination: { page_size: q.size, next }, data };
   }
 
   /** POST/GET /tokens/search: the query language of vault/search.ts. */
-  async search(p: Principal, query: string, size: number, start: string | null, log?: Logger): Promise<ListResponse> {
+  async search(p: Principal, query: string, size: number, start: string | null, req: ReadRequest): Promise<ListResponse> {
     const parsed = parseQuery(query);
     const filter: TokenFilter = {};
     if (parsed.type !== undefined) filter.type = parsed.type;
@@ -322,7 +350,7 @@ export class TokenService {
     if (parsed.ids) filter.ids = parsed.ids;
     if (Object.keys(parsed.metadata).length > 0) filter.metadata = parsed.metadata;
     if (parsed.data.length > 0) filter.index_hashes = parsed.data.map((v) => this.crypto.indexHash(p.tenant.id, v));
-    return this.list(p, { filter, size, start }, log);
+    return this.list(p, { filter, size, start }, req);
   }
 
   /** Unsealed data of a stored token (cvc excluded). */
@@ -336,10 +364,27 @@ export class TokenService {
     return t.cvc_sealed === null ? null : await this.crypto.unsealOrRefresh(t.cvc_sealed, cvcAad(t.tenant_id, t.id));
   }
 
-  private async shape(p: Principal, t: StoredToken, transform: access.Transform, log?: Logger): Promise<TokenRecord> {
+  /** The token as `transform` shows it; a reveal is counted and its id added to `reveals`. */
+  private async shape(p: Principal, t: StoredToken, transform: access.Transform, log: Logger | undefined, reveals: Reveals): Promise<TokenRecord> {
     const plaintext = needsPlaintext(t, transform) ? await this.plaintext(t) : null;
+    const record = readRecord(t, transform, plaintext, access.showsFingerprint(p.app, t.container), log ?? this.opts.log);
     if (transform === 'reveal') this.opts.metrics?.revealed(t.type);
-    return readRecord(t, transform, plaintext, access.showsFingerprint(p.app, t.container), log ?? this.opts.log);
+    if (transform === 'reveal' && record.data !== undefined) reveals.push(t.id);
+    return record;
+  }
+
+  /**
+   * One `token.reveal` event for the tokens an answer reveals, appended before the answer leaves
+   * (README "Audit trail"): if it cannot be written, the request fails with 503 and nothing is
+   * shown.
+   */
+  private async audit(p: Principal, reveals: Reveals, req: ReadRequest): Promise<void> {
+    if (reveals.length === 0 || !this.opts.audit) return;
+    const audit = this.opts.audit;
+    await this.guard(() => audit.append(p.tenant.id, [{
+      tenant_id: p.tenant.id, application_id: p.app.id, action: 'token.reveal', token_ids: reveals, destination: null,
+      request_id: req.requestId, created_at: new Date(this.now()).toISOString(),
+    }]));
   }
 
   /** Store failures become 503 store_unavailable; everything else passes. */

@@ -5,7 +5,7 @@ import type { Test } from 'tap';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { anchorSigner } from '../../src/audit/anchor.js';
 import { eventHash, type AuditEvent, type AuditEventInput } from '../../src/store/audit.js';
-import { checkStoredChain, storedEvents } from '../../src/store/audit-verify.js';
+import { checkStoredChain, storedEvents } from '../../src/audit/trail.js';
 import type { TokenStore } from '../../src/store/types.js';
 
 export const AUDIT_TENANT = '33333333-3333-4333-8333-333333333333';

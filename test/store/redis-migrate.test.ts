@@ -9,7 +9,7 @@ import { Redis } from 'ioredis';
 import { redisForFile } from '../helpers/redis.js';
 import { makeRecord, TENANT_A, TENANT_B } from './contract.js';
 import { auditInput, SIGN } from './audit-contract.js';
-import { checkStoredChain } from '../../src/store/audit-verify.js';
+import { checkStoredChain } from '../../src/audit/trail.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { encodeRecord } from '../../src/store/codec.js';
 import { chain, encodeEvent } from '../../src/store/audit.js';

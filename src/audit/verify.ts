@@ -6,41 +6,14 @@
  * is reported, never created (issue 31).
  */
 import { dirname } from 'node:path';
-import { anchorMatches, anchorSigner, formatHead, type AuditAnchorSigner } from '../audit/anchor.js';
+import { anchorSigner, formatHead } from './anchor.js';
 import type { LoadedConfig } from '../config/load.js';
 import { masterKeyId } from '../crypto/keyring.js';
 import { loadMasterKey } from '../crypto/master-key.js';
-import { verifyChain, type AuditEvent, type AuditHead, type ChainCheck } from './audit.js';
-import { assertStoreExists, createStore, resolveStorePath } from './factory.js';
-import type { TokenStore } from './types.js';
-
-/** A tenant's stored events, oldest first, through auditRange's pages (null: an entry that does not decode). */
-export async function* storedEvents(store: TokenStore, tenantId: string, pageSize = 1000): AsyncGenerator<AuditEvent | null> {
-  let after: string | null = null;
-  do {
-    const page: { items: Array<AuditEvent | null>; next: string | null } = await store.auditRange(tenantId, after, pageSize);
-    yield* page.items;
-    after = page.next;
-  } while (after !== null);
-}
-
-export interface StoredChainOptions {
-  /** The anchor signer under the service's master key; null: the anchor is not checked (store contract tests). */
-  sign: AuditAnchorSigner | null;
-  expect?: AuditHead;
-  allowUnanchored?: boolean;
-  pageSize?: number;
-}
-
-/** Checks a tenant's chain in an open store. */
-export async function checkStoredChain(store: TokenStore, tenantId: string, opts: StoredChainOptions): Promise<ChainCheck> {
-  const sign = opts.sign;
-  return verifyChain(storedEvents(store, tenantId, opts.pageSize), await store.auditHead(tenantId), tenantId, {
-    anchor: sign === null ? null : (tenant, head, anchor) => anchorMatches(sign, tenant, head, anchor),
-    expect: opts.expect,
-    allowUnanchored: opts.allowUnanchored,
-  });
-}
+import { AuditTrail } from './trail.js';
+import type { AuditHead } from '../store/audit.js';
+import { assertStoreExists, createStore, resolveStorePath } from '../store/factory.js';
+import type { TokenStore } from '../store/types.js';
 
 export interface VerifyAuditRequest {
   tenantId: string;
@@ -93,7 +66,7 @@ export async function verifyTenantAudit(config: LoadedConfig, req: VerifyAuditRe
     if (head === null && (await store.auditRange(tenantId, null, 1)).items.length === 0) {
       return fail(`tenant ${tenantId} has no audit chain head in the store: no event was ever written for it (or its whole trail was removed)`, 2);
     }
-    const result = await checkStoredChain(store, tenantId, { sign, expect: req.expect, allowUnanchored: req.allowUnanchored });
+    const result = await new AuditTrail(store, sign).verify(tenantId, { expect: req.expect, allowUnanchored: req.allowUnanchored });
     if (!result.ok) {
       io.out(`tenant ${tenantId}: chain BROKEN at event ${result.position}: ${result.reason}\n`);
       return 1;
