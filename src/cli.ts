@@ -354,7 +354,7 @@ const commands: Record<string, Command> = {
         io.err('tokenproxy verify-audit: --tenant is required; see tokenproxy verify-audit --help\n');
         return EXIT_USAGE;
       }
-      const { parseHead } = await import('./audit/anchor.js');
+      const { parseHead } = await import('./crypto/audit-anchor.js');
       const expectText = values['expect-head'] as string | undefined;
       const expect = expectText === undefined ? undefined : parseHead(expectText);
       if (expect === null) {

@@ -2,7 +2,7 @@
  * The audit trail (README "Audit trail"), one module for its three uses: appending (the vault
  * and the detokenizer call it themselves for every reveal and use), listing (GET /logs) and
  * verifying (`tokenproxy verify-audit`). Every append goes through
- * here, anchored (audit/anchor.ts), and each new chain head is logged at info (`audit chain head`,
+ * here, anchored (crypto/audit-anchor.ts), and each new chain head is logged at info (`audit chain head`,
  * `audit_head: <seq>:<hash>`, no value and no key) after each append batch, and once more at
  * shutdown, so an operator can keep the latest head outside the store and catch a rollback with
  * `tokenproxy verify-audit --expect-head` (issue 23).
@@ -10,7 +10,7 @@
 import type { Logger } from '../log.js';
 import { eventHash, verifyChain, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditHead, type ChainCheck } from '../store/audit.js';
 import type { Page, TokenStore } from '../store/types.js';
-import { anchorMatches, formatHead, type AuditAnchorSigner } from './anchor.js';
+import { anchorMatches, formatHead, type AuditAnchorSigner } from '../crypto/audit-anchor.js';
 
 /** A tenant's stored events, oldest first, through auditRange's pages (null: an entry that does not decode). */
 export async function* storedEvents(store: TokenStore, tenantId: string, pageSize = 1000): AsyncGenerator<AuditEvent | null> {

@@ -1,12 +1,12 @@
 /**
  * `tokenproxy verify-audit --tenant <id>` (README "Audit trail"): walks a tenant's audit events
  * in the configured store, oldest first, and checks the chain, the head, the head's anchor under
- * the master key (audit/anchor.ts, issue 23) and, with `--expect-head`, that the trail still
+ * the master key (crypto/audit-anchor.ts, issue 23) and, with `--expect-head`, that the trail still
  * passes through a head the operator kept. It reads: a store, a tenant or a head that is missing
  * is reported, never created (issue 31).
  */
 import { dirname } from 'node:path';
-import { anchorSigner, formatHead } from './anchor.js';
+import { anchorSigner, formatHead } from '../crypto/audit-anchor.js';
 import type { LoadedConfig } from '../config/load.js';
 import { masterKeyId } from '../crypto/keyring.js';
 import { loadMasterKey } from '../crypto/master-key.js';

@@ -15,7 +15,7 @@
  *   tenant's or another query's does not open.
  */
 import { createCipheriv, createDecipheriv, createHmac, createSecretKey, hkdfSync, randomBytes, randomFillSync, type KeyObject } from 'node:crypto';
-import { anchorSigner, type AuditAnchorSigner } from '../audit/anchor.js';
+import { anchorSigner, type AuditAnchorSigner } from '../crypto/audit-anchor.js';
 import type { TokenStore, WrappedDataKey } from '../store/types.js';
 import { MasterKeyMismatchError, SealedValueError, UnknownKeyError } from './errors.js';
 
@@ -256,7 +256,7 @@ export class KeyRing {
     return gcmOpen(this.#tenantKey('cursor', tenantId), gcm, Buffer.from(context, 'utf8'))?.toString('utf8') ?? null;
   }
 
-  /** Anchors audit chain heads under this master key (audit/anchor.ts, issue 23). */
+  /** Anchors audit chain heads under this master key (crypto/audit-anchor.ts, issue 23). */
   auditAnchors(): AuditAnchorSigner {
     return anchorSigner(this.#master);
   }

@@ -8,10 +8,9 @@
  * atomic step as the events, so removing, editing or reordering any event, the last one included,
  * breaks the chain. Whoever can write the store could rewrite the head too, or recompute the whole
  * chain: so the head also carries an anchor, an HMAC under a key derived from the master key that
- * the store never sees (audit/anchor.ts, issue 23), written in the same step.
+ * the store never sees (crypto/audit-anchor.ts, issue 23), written in the same step.
  */
 import { hash } from 'node:crypto';
-import { formatHead, type AuditAnchorSigner } from '../audit/anchor.js';
 
 export type AuditAction = 'token.reveal' | 'token.detokenize' | 'proxy.outbound' | 'proxy.detokenize' | 'reactor.args';
 
@@ -121,7 +120,7 @@ export type ChainCheck =
   | { ok: false; events: number; /** 1-based position of the first bad event in the stored order. */ position: number; reason: string };
 
 export interface VerifyOptions {
-  /** Recomputes the head's anchor (audit/anchor.ts); null: the anchor is not checked (store contract tests only). */
+  /** Recomputes the head's anchor (crypto/audit-anchor.ts); null: the anchor is not checked (store contract tests only). */
   anchor: ((tenantId: string, head: AuditHead, anchor: string) => boolean) | null;
   /** A head the trail must still pass through (it or a successor is the current head): closes a rollback. */
   expect?: AuditHead;
@@ -231,4 +230,25 @@ export class TenantSerialAppender {
       this.#busy.delete(tenantId);
     }
   }
+}
+
+/** Computes a head's anchor for a tenant; the store keeps what it returns and nothing else of it. */
+export type AuditAnchorSigner = (tenantId: string, head: AuditHead) => string;
+
+/**
+ * A head as operators see it in the log and give it to `verify-audit --expect-head`:
+ * `<seq>:<hash in base64url>`. Not hex: the log censors Luhn-valid runs of 13+ digits in every
+ * string (log.ts), and 64 hex characters hold such a run in a few percent of heads.
+ */
+export function formatHead(head: AuditHead): string {
+  return `${head.seq}:${Buffer.from(head.hash, 'hex').toString('base64url')}`;
+}
+
+/** `<seq>:<hash>` (base64url as logged, or hex as in `prev_hash`) back to a head, or null when it is not one. */
+export function parseHead(text: string): AuditHead | null {
+  const m = /^([1-9][0-9]{0,15}):([0-9a-f]{64}|[A-Za-z0-9_-]{43})$/.exec(text.trim());
+  if (!m) return null;
+  const seq = Number(m[1]);
+  const hash = m[2]!.length === 64 ? m[2]! : Buffer.from(m[2]!, 'base64url').toString('hex');
+  return Number.isSafeInteger(seq) && hash.length === 64 ? { seq, hash } : null;
 }

@@ -23,7 +23,7 @@ import type { InsertOptions, Page, PageResult, ScopeRule, StoredToken, TokenFilt
 import { StoreUnavailableError } from './types.js';
 import { MIGRATE_IDEMPOTENCY, type ClaimRow } from './embedded-idempotency.js';
 import type { IdempotencyClaim, IdempotencySlot } from './idempotency.js';
-import type { AuditAnchorSigner } from '../audit/anchor.js';
+import type { AuditAnchorSigner } from '../crypto/audit-anchor.js';
 import {
   chain, decodeEvent, TenantSerialAppender, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditPageResult, type StoredAuditHead,
 } from './audit.js';
@@ -93,7 +93,7 @@ CREATE TABLE IF NOT EXISTS audit_events (
 CREATE TABLE IF NOT EXISTS audit_heads (tenant_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL) WITHOUT ROWID;`;
 
 /**
- * Version 5 (issue 23): each head's anchor (audit/anchor.ts). Heads written before it have none
+ * Version 5 (issue 23): each head's anchor (crypto/audit-anchor.ts). Heads written before it have none
  * (NULL) until the tenant's next append anchors the head it writes.
  */
 const MIGRATE_V5 = 'ALTER TABLE audit_heads ADD COLUMN anchor TEXT;';

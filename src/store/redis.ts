@@ -25,7 +25,7 @@
  *   P t:{T}:idem:<key>   hash {s, o, v}: an idempotency entry, expiring by itself (redis-idempotency.ts)
  *   P t:{T}:audit        list of the tenant's audit events (JSON), oldest first (store/audit.ts)
  *   P t:{T}:audithead    "<seq> <hash> <anchor>": the tenant's audit chain head and its anchor
- *                        (audit/anchor.ts; "<seq> <hash>" when written before anchoring, issue 23)
+ *                        (crypto/audit-anchor.ts; "<seq> <hash>" when written before anchoring, issue 23)
  *   P tenants            set of tenant ids with a cvc to purge (purgeCvc walks it; plain SADD, no script)
  *   P {dk}, P {dk}:order data keys: hash kid → JSON, list of kids oldest first (one slot of their own)
  *   P meta               hash {version}: the layout version (3), migrated on connect
@@ -57,7 +57,7 @@ import type { InsertOptions, Page, PageResult, StoredToken, TokenFilter, TokenSt
 import { DuplicateTokenError, StoreUnavailableError } from './types.js';
 import type { IdempotencyClaim, IdempotencySlot } from './idempotency.js';
 import * as idem from './redis-idempotency.js';
-import type { AuditAnchorSigner } from '../audit/anchor.js';
+import type { AuditAnchorSigner } from '../crypto/audit-anchor.js';
 import {
   auditMatches, chain, decodeEvent, encodeEvent, TenantSerialAppender,
   type AuditEvent, type AuditEventInput, type AuditFilter, type AuditPageResult, type StoredAuditHead,

@@ -1,4 +1,4 @@
-import type { AuditAnchorSigner } from '../audit/anchor.js';
+import type { AuditAnchorSigner } from '../crypto/audit-anchor.js';
 import type { AuditEvent, AuditEventInput, AuditFilter, AuditPageResult, StoredAuditHead } from './audit.js';
 
 /**
@@ -131,7 +131,7 @@ export interface TokenStore extends IdempotencyStore {
   addDataKey(key: WrappedDataKey): Promise<WrappedDataKey[]>;
   /**
    * Audit trail (store/audit.ts): appends events of one tenant to its chain, atomically with the
-   * chain head and the head's anchor that `sign` computes (audit/anchor.ts: the store keeps the
+   * chain head and the head's anchor that `sign` computes (crypto/audit-anchor.ts: the store keeps the
    * anchor, never the key); concurrent appends (from any number of processes) still form one
    * chain. Returns the stored events, in order.
    */

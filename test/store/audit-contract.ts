@@ -3,7 +3,7 @@
  */
 import type { Test } from 'tap';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { anchorSigner } from '../../src/audit/anchor.js';
+import { anchorSigner } from '../../src/crypto/audit-anchor.js';
 import { eventHash, type AuditEvent, type AuditEventInput } from '../../src/store/audit.js';
 import { checkStoredChain, storedEvents } from '../../src/audit/trail.js';
 import type { TokenStore } from '../../src/store/types.js';

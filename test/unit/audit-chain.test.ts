@@ -1,7 +1,7 @@
-/** store/audit.ts and audit/anchor.ts on their own: the chain, the anchor, what verifyChain reports for each kind of tampering. */
+/** store/audit.ts and crypto/audit-anchor.ts on their own: the chain, the anchor, what verifyChain reports for each kind of tampering. */
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
-import { anchorMatches, anchorSigner, formatHead, parseHead } from '../../src/audit/anchor.js';
+import { anchorMatches, anchorSigner, formatHead, parseHead } from '../../src/crypto/audit-anchor.js';
 import {
   chain, decodeEvent, encodeEvent, eventHash, GENESIS_HASH, verifyChain, type AuditEvent, type AuditHead, type StoredAuditHead, type VerifyOptions,
 } from '../../src/store/audit.js';

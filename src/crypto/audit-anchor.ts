@@ -14,10 +14,11 @@
  * which fails unless the trail still passes through that head.
  */
 import { createHmac, createSecretKey, hkdfSync, timingSafeEqual, type KeyObject } from 'node:crypto';
-import type { AuditHead } from '../store/audit.js';
+import type { AuditAnchorSigner, AuditHead } from '../store/audit.js';
 
-/** Computes a head's anchor for a tenant; the store keeps what it returns and nothing else of it. */
-export type AuditAnchorSigner = (tenantId: string, head: AuditHead) => string;
+export type { AuditAnchorSigner };
+export { formatHead, parseHead } from '../store/audit.js';
+
 
 /** The same salt and key length as crypto/keyring.ts, with an `info` of its own. */
 const HKDF_SALT = Buffer.from('tokenproxy/v1', 'utf8');
@@ -52,22 +53,4 @@ export function anchorMatches(sign: AuditAnchorSigner, tenantId: string, head: A
   const want = Buffer.from(sign(tenantId, head));
   const got = Buffer.from(anchor);
   return want.length === got.length && timingSafeEqual(want, got);
-}
-
-/**
- * A head as operators see it in the log and give it to `verify-audit --expect-head`:
- * `<seq>:<hash in base64url>`. Not hex: the log censors Luhn-valid runs of 13+ digits in every
- * string (log.ts), and 64 hex characters hold such a run in a few percent of heads.
- */
-export function formatHead(head: AuditHead): string {
-  return `${head.seq}:${Buffer.from(head.hash, 'hex').toString('base64url')}`;
-}
-
-/** `<seq>:<hash>` (base64url as logged, or hex as in `prev_hash`) back to a head, or null when it is not one. */
-export function parseHead(text: string): AuditHead | null {
-  const m = /^([1-9][0-9]{0,15}):([0-9a-f]{64}|[A-Za-z0-9_-]{43})$/.exec(text.trim());
-  if (!m) return null;
-  const seq = Number(m[1]);
-  const hash = m[2]!.length === 64 ? m[2]! : Buffer.from(m[2]!, 'base64url').toString('hex');
-  return Number.isSafeInteger(seq) && hash.length === 64 ? { seq, hash } : null;
 }
