@@ -14,6 +14,7 @@ import { captureLog, fastHostExecArgv, fn, reactor, serviceError } from './helpe
 
 const cap = captureLog();
 const runtime = await ReactorRuntime.start({ log: cap.log, restartWaitMs: 10_000, execArgv: fastHostExecArgv() });
+t.setTimeout(300_000);
 t.teardown(() => runtime.close());
 
 /**
@@ -26,7 +27,12 @@ t.teardown(() => runtime.close());
  * takes the host down. Runs of this suite saw set-growth end both ways with the same code and
  * limits (reported, not pinned). These bombs get the longest timeout (30 s), so a timeout never
  * decides for them: with 500 ms, GC near the limit made set-growth, array-1e8-fill and array-push
- * answer 504 now and then, which the test did not accept (a flake).
+ * answer 504 now and then, which the test did not accept (a flake). On isolated-vm 6.2 (Node 24)
+ * array-1e8-fill takes 18.4 s to reach a 16 MB limit in a bare isolate with one context, no
+ * tokenproxy code involved (`new Array(1e8).fill(0)` under `ctx.eval`), and once hit the 30 s
+ * timeout in a loaded run. 30 s is the most a reactor may have (the spec's limit), so for that bomb
+ * alone the timeout is a third documented way to be stopped; the service serving on is asserted
+ * all the same.
  */
 const TIMEOUT = { reactor_timeout: 504 };
 const THROWN = { reactor_runtime_error: 500 };
@@ -39,7 +45,7 @@ const bombs: Array<[string, string, Record<string, number>]> = [
   ['object-properties', 'const o = {}; for (let i = 0; ; i++) o["k" + i] = i;', HEAP],
   ['map-growth', 'const m = new Map(); for (let i = 0; ; i++) m.set("k" + i, i);', HEAP],
   ['set-growth', 'const s = new Set(); for (let i = 0; ; i++) s.add(i);', HEAP],
-  ['array-1e8-fill', 'const a = new Array(1e8); a.fill(0); return a.length;', HEAP],
+  ['array-1e8-fill', 'const a = new Array(1e8); a.fill(0); return a.length;', { ...HEAP, ...TIMEOUT }],
   // isolated-vm 5.0.4 (Node 20) runs out of memory copying the array out; 6.x (Node 22/24) copies
   // the holey array and its JSON is over 5 MB: 500 reactor_invalid_output, also a documented answer.
   ['array-1e8-returned', 'return { raw: new Array(1e8) };', { ...HEAP, reactor_invalid_output: 500 }],
@@ -83,7 +89,7 @@ t.before(() =>
     // Only the bombs that must end in a timeout get a short one; for the rest memory, a thrown
     // error or the output limit must decide, never the clock (a 6 MB output took over 500 ms to
     // copy out on a loaded machine with isolated-vm 6).
-    ...bombs.map(([name, body, codes]) => reactor(`h/${name}`, fn(body), { timeout_ms: 'reactor_timeout' in codes ? 500 : 30_000, memory_limit_mb: 16 })),
+    ...bombs.map(([name, body, codes]) => reactor(`h/${name}`, fn(body), { timeout_ms: 'reactor_timeout' in codes && !('reactor_out_of_memory' in codes) ? 500 : 30_000, memory_limit_mb: 16 })),
     ...escapes.map(([name, body]) => reactor(`h/escape-${name}`, fn(body), { timeout_ms: 1000 })),
   ]),
 );
