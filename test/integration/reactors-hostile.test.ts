@@ -19,12 +19,18 @@ const wrap = (body: string) => `module.exports = async function (req) { ${body} 
 const TIMEOUT = { reactor_timeout: 504 };
 const THROWN = { reactor_runtime_error: 500 };
 const HEAP = { reactor_out_of_memory: 500, reactor_unavailable: 503 };
+/**
+ * `new Array(1e8).fill(…)` on isolated-vm 6.2 (Node 24) takes 18.4 s to reach a 16 MB limit in a
+ * bare isolate (measured without tokenproxy), and past the 30 s maximum under load: stopped by the
+ * timeout is a documented end for it too (see test/reactors/hostile.test.ts).
+ */
+const HEAP_OR_SLOW = { ...HEAP, ...TIMEOUT };
 const BOMBS: Record<string, [string, Record<string, number>]> = {
   busy_loop: [wrap('while (true) {}'), TIMEOUT],
   async_loop: [wrap('for (;;) { await Promise.resolve(); }'), TIMEOUT],
   object_growth: [wrap('const o = {}; for (let i = 0; ; i++) o["k" + i] = i;'), HEAP],
   map_growth: [wrap('const m = new Map(); for (let i = 0; ; i++) m.set(i, { i });'), HEAP],
-  huge_array: [wrap('const a = new Array(1e8); a.fill(1); return { raw: a.length };'), HEAP],
+  huge_array: [wrap('const a = new Array(1e8); a.fill(1); return { raw: a.length };'), HEAP_OR_SLOW],
   string_doubling: [wrap('let s = "x"; for (;;) s = s + s;'), THROWN],
   array_buffer_1gb: [wrap('const b = new ArrayBuffer(1024 * 1024 * 1024); return { raw: b.byteLength };'), THROWN],
   reach_process: [wrap('return { raw: typeof process === "undefined" ? "none" : process.pid };'), {}],
@@ -39,7 +45,7 @@ function config(): Record<string, unknown> {
   const cfg = baseConfig() as { tenants: Array<Record<string, unknown>>; server?: unknown };
   cfg.tenants[0]!.reactors = [
     ...Object.entries(BOMBS).map(([id, [code, codes]]) =>
-      codes === HEAP ? { id, name: id, code, timeout_ms: 30_000, memory_limit_mb: 16 } : { id, name: id, code, timeout_ms: 1000, memory_limit_mb: 64 },
+      codes === HEAP || codes === HEAP_OR_SLOW ? { id, name: id, code, timeout_ms: 30_000, memory_limit_mb: 16 } : { id, name: id, code, timeout_ms: 1000, memory_limit_mb: 64 },
     ),
     { id: 'normal', name: 'normal', code: NORMAL },
   ];
