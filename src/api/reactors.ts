@@ -59,6 +59,14 @@ export function reactorDefinitions(tenants: readonly TenantConfig[]): ReactorDef
   );
 }
 
+/** Every string value in a JSON value (the args as the reactor got them: what the log must not hold). */
+function stringLeaves(v: unknown, out: string[] = []): string[] {
+  if (typeof v === 'string') out.push(v);
+  else if (Array.isArray(v)) for (const x of v) stringLeaves(x, out);
+  else if (typeof v === 'object' && v !== null) for (const x of Object.values(v)) stringLeaves(x, out);
+  return out;
+}
+
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
@@ -109,7 +117,7 @@ export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenServi
           } catch (err) {
             // Issue 23: args that held detokenized values get no text of the reactor's code back
             // (whatever the caller's read rights: one rule, and no store read on a failing call).
-            if (err instanceof ServiceError && detokenized) throw withholdUserText(err, ctx.log, key);
+            if (err instanceof ServiceError && detokenized) throw withholdUserText(err, ctx.log, key, stringLeaves(args));
             throw err;
           }
         }

@@ -63,11 +63,15 @@ const USER_TEXT: ReadonlySet<ErrorCode> = new Set<ErrorCode>(['reactor_runtime_e
  * `error_id`; the reactor's text goes to the log under the same id (card numbers scrubbed there,
  * as in every log line). Other errors (timeouts, busy, limits) carry only our own text: unchanged.
  */
-export function withholdUserText(err: ServiceError, log: Logger, reactor: string): ServiceError {
+export function withholdUserText(err: ServiceError, log: Logger, reactor: string, values: readonly string[] = []): ServiceError {
   if (!USER_TEXT.has(err.code)) return err;
   const errorId = randomUUID();
+  // The log scrubber knows card numbers, not a cvc or a token's text: the string values the args
+  // held after detokenization are cut out of the message too, longest first.
+  let message = err.errors?.error?.[0] ?? err.detail ?? '';
+  for (const v of [...values].sort((a, b) => b.length - a.length)) if (v.length > 0) message = message.split(v).join('[detokenized value]');
   log.warn(
-    { error_id: errorId, reactor, code: err.code, status: err.status, message: err.errors?.error?.[0] ?? err.detail },
+    { error_id: errorId, reactor, code: err.code, status: err.status, message },
     'reactor error withheld from the answer (its args held detokenized values)',
   );
   return new ServiceError(err.code, { status: err.status, errorId, ...(err.headers ? { headers: err.headers } : {}) });

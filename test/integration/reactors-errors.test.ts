@@ -77,6 +77,7 @@ t.test('reactor errors to a key without reveal carry no message from user code',
     t.ok(line, `${rid}: the log has the error id`);
     t.match(line ?? '', /bad card|declined |cannot /, `${rid}: the log line has the reactor's message`);
     t.notMatch(line ?? '', cardPattern(number), `${rid}: the log line has no card number`);
+    t.notOk((line ?? '').includes(cvc), `${rid}: the log line has no cvc`);
   }
   t.notMatch(s.logs(), cardPattern(number), 'the log holds no card number at all');
 
