@@ -64,7 +64,7 @@ export async function serviceError(p: Promise<unknown>): Promise<ServiceError> {
  * exercised by contract.test.ts.
  */
 export function fastHostExecArgv(): string[] {
-  const slow = /@tapjs[\\/](typescript|mock)[\\/]|ts-node/;
+  const slow = /@tapjs[\\/](typescript|mock)[\\/]|ts-node|[\\/]tsx[\\/]|^--import=tsx$/;
   const argv: string[] = [];
   for (let i = 0; i < process.execArgv.length; i++) {
     const a = process.execArgv[i] ?? '';
