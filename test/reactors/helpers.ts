@@ -58,8 +58,8 @@ export async function serviceError(p: Promise<unknown>): Promise<ServiceError> {
 }
 
 /**
- * Host flags for tests: this process's own, but with tsx instead of tap's ts-node loader (and
- * without tap's mock loader), which start a host in about 0.6 s instead of about 3 s. Every host
+ * Host flags for tests: this process's own, with tsx (once) and without tap's ts-node or mock
+ * loaders should a run use them, which start a host in about 0.6 s instead of about 3 s. Every host
  * restart in these tests pays that start. The runtime's default (inheriting the flags) is
  * exercised by contract.test.ts.
  */
