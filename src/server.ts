@@ -68,6 +68,13 @@ export interface RunningService {
 
 export interface StartOptions {
   log?: Logger;
+  /**
+   * For tests only (issue 30): how often the expired cvcs (default every 60 s) and idempotency
+   * entries (every 10 minutes) are purged, so a test can watch the service's own purge without
+   * waiting minutes. Nothing in the config or the command line sets it; `tokenproxy start` never
+   * passes it.
+   */
+  purgeEveryMs?: { cvc?: number; idempotency?: number };
 }
 
 const CVC_PURGE_INTERVAL_MS = 60_000;
@@ -123,7 +130,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     const rateLimits = createRateLimitStage(limits, metrics);
     let draining = false;
     const metricsHttp = metricsEndpoint(config.metrics, config.server.host, metrics);
-    const idempotency = new Idempotency({ store, ring, log });
+    const idempotency = new Idempotency({ store, ring, log, ...(opts.purgeEveryMs?.idempotency ? { purgeEveryMs: opts.purgeEveryMs.idempotency } : {}) });
     cleanups.push(() => idempotency.close());
     const serve = (model: Model): Serving => {
       const server = model.config.server;
@@ -184,7 +191,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     cleanups.unshift(() => drainServer(server, live.current.config.server.shutdown_grace_ms));
     const purge = setInterval(() => {
       store.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));
-    }, CVC_PURGE_INTERVAL_MS);
+    }, opts.purgeEveryMs?.cvc ?? CVC_PURGE_INTERVAL_MS);
     purge.unref();
     cleanups.unshift(() => clearInterval(purge));
     const refresh = startKeyRefresh(ring, config.store.data_key_refresh_seconds, log);
