@@ -2,19 +2,22 @@
  * README "Audit trail" (issue 30, README promises no test exercised, item 1): "The event is written
  * before the value leaves: when the store cannot write it, the request fails with `503`."
  *
- * The append is made to fail for real in the store the service runs on: a trigger, created through
- * a second connection to the service's SQLite file, aborts every insert into `audit_events` (the
- * service's writer thread re-prepares its statements on the schema change and its insert fails as
- * a disk error would). Token reads that append nothing keep working; every route that reveals or
+ * The append is made to fail for real in the store the service runs on. Embedded: a trigger,
+ * created through a second connection to the service's SQLite file, aborts every insert into
+ * `audit_events` (the service's writer thread re-prepares its statements on the schema change and
+ * its insert fails as a disk error would). Redis: the tenant's audit list is moved aside and a
+ * string put in its place, so the append script's RPUSH fails (WRONGTYPE). Token reads that append nothing keep working; every route that reveals or
  * uses a value answers 503 store_unavailable with no value in the answer, the destination of an
  * outbound use receives nothing, and the trail holds no event of the refused requests.
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
+import { Redis } from 'ioredis';
 import { join } from 'node:path';
 import { Sqlite as Database } from '../../src/store/sqlite.js';
 import { randomCard, randomCvc, cvcPattern } from '../helpers/secrets.js';
-import { KEYS, baseConfig, startTestService, type TestService } from '../helpers/service.js';
-import { startUpstream } from '../helpers/upstream.js';
+import { redisSkip, startRedis } from '../helpers/redis.js';
+import { KEYS, TENANT_A, baseConfig, startTestService, type TestService } from '../helpers/service.js';
+import { startUpstream, type Upstream } from '../helpers/upstream.js';
 
 const MGMT = 'promises_audit_mgmt_key_aaaaaaaaaaa';
 const USER = 'promises_audit_user_key_bbbbbbbbbbb';
@@ -29,21 +32,8 @@ function withDb<T>(s: TestService, fn: (db: InstanceType<typeof Database>) => T)
   }
 }
 
-const breakAppends = (s: TestService) =>
-  withDb(s, (db) => db.exec("CREATE TRIGGER promises_no_audit BEFORE INSERT ON audit_events BEGIN SELECT RAISE(ABORT, 'audit append refused by the test'); END"));
-const repairAppends = (s: TestService) => withDb(s, (db) => db.exec('DROP TRIGGER promises_no_audit'));
-
-t.test('an audit append that fails: 503 store_unavailable on every reveal and use, nothing revealed or sent', async (t) => {
-  const up = await startUpstream(t);
-  const config = baseConfig() as { tenants: Array<Record<string, unknown> & { applications: unknown[] }> };
-  const tenant = config.tenants[0]!;
-  tenant.applications.push(
-    { id: 'aaaaaaaa-0000-4000-8000-0000000000a1', name: 'mgmt', type: 'management', keys: [MGMT], permissions: ['log:read'] },
-    { id: 'aaaaaaaa-0000-4000-8000-0000000000a2', name: 'user', type: 'private', keys: [USER], permissions: ['proxy:invoke'],
-      rules: [{ priority: 1, container: '/', transform: 'reveal', permissions: ['token:use', 'token:read'] }] },
-  );
-  tenant.outbound = { allowed_destinations: [up.url] };
-  const s = await startTestService(t, { config });
+async function auditFailure(t: Test, up: Upstream, start: (t: Test) => Promise<{ s: TestService; break(): Promise<void>; repair(): Promise<void> }>): Promise<void> {
+  const { s, break: breakAppends, repair: repairAppends } = await start(t);
 
   const number = randomCard();
   const cvc = randomCvc();
@@ -54,7 +44,7 @@ t.test('an audit append that fails: 503 store_unavailable on every reveal and us
   t.equal(before.status, 200, 'a reveal works while the store writes its event');
   t.equal(before.body.data.number, number);
 
-  breakAppends(s);
+  await breakAppends();
   const refused = (what: string, r: { status: number; body: any; text: string }, wrapped = false) => {
     const problem = wrapped ? r.body?.proxy_error : r.body;
     t.equal(r.status, 503, `${what}: 503`);
@@ -84,7 +74,7 @@ t.test('an audit append that fails: 503 store_unavailable on every reveal and us
   t.equal(masked.body.data.number, `XXXXXXXXXXXX${number.slice(-4)}`);
   t.notOk(s.logs().includes(number), 'no card number in the log');
 
-  repairAppends(s);
+  await repairAppends();
   const after = await s.call('GET', `/tokens/${id}`);
   t.equal(after.status, 200, 'reveals work again once the store writes events');
   t.equal(after.body.data.number, number);
@@ -94,4 +84,55 @@ t.test('an audit append that fails: 503 store_unavailable on every reveal and us
     'the trail holds the two served reveals and no event of a refused request');
   t.same(logs.body.data.map((e: { seq: number }) => e.seq), [2, 1], 'an unbroken chain: the refused appends took no place in it');
   t.equal(logs.body.data[0].request_id, after.headers.get('svc-trace-id'));
+}
+
+async function setup(t: Test): Promise<{ config: ReturnType<typeof baseConfig>; up: Upstream }> {
+  const up = await startUpstream(t);
+  const config = baseConfig();
+  const tenant = (config as { tenants: Array<Record<string, unknown> & { applications: unknown[] }> }).tenants[0]!;
+  tenant.applications.push(
+    { id: 'aaaaaaaa-0000-4000-8000-0000000000a1', name: 'mgmt', type: 'management', keys: [MGMT], permissions: ['log:read'] },
+    { id: 'aaaaaaaa-0000-4000-8000-0000000000a2', name: 'user', type: 'private', keys: [USER], permissions: ['proxy:invoke'],
+      rules: [{ priority: 1, container: '/', transform: 'reveal', permissions: ['token:use', 'token:read'] }] },
+  );
+  tenant.outbound = { allowed_destinations: [up.url] };
+  return { config, up };
+}
+
+t.test('embedded store: a trigger aborts every audit insert', async (t) => {
+  const { config, up } = await setup(t);
+  await auditFailure(t, up, async (t) => {
+    const s = await startTestService(t, { config });
+    return {
+      s,
+      break: async () =>
+        void withDb(s, (db) => db.exec("CREATE TRIGGER promises_no_audit BEFORE INSERT ON audit_events BEGIN SELECT RAISE(ABORT, 'audit append refused by the test'); END")),
+      repair: async () => void withDb(s, (db) => db.exec('DROP TRIGGER promises_no_audit')),
+    };
+  });
+});
+
+t.test('redis store: the audit list is replaced by a string (every append fails with WRONGTYPE)', { skip: redisSkip() }, async (t) => {
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const { config, up } = await setup(t);
+  const client = new Redis(redis.url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  await client.connect();
+  t.teardown(() => client.disconnect());
+  const list = `${redis.prefix}t:{${TENANT_A}}:audit`;
+  await auditFailure(t, up, async (t) => {
+    const s = await startTestService(t, { config, redis });
+    return {
+      s,
+      break: async () => {
+        t.equal(await client.type(list), 'list', 'the audit list is where the README says');
+        await client.rename(list, `${list}:aside`);
+        await client.set(list, 'not a list');
+      },
+      repair: async () => {
+        await client.del(list);
+        await client.rename(`${list}:aside`, list);
+      },
+    };
+  });
 });
