@@ -79,6 +79,39 @@ t.test('embedded store: an answer kept 24 h, a crashed claim blocking its key fo
   t.equal(tokens.body.data.length, 3, 'one token per run, none for the replay or the refusal');
 });
 
+t.test('embedded store: a claim in flight is due 60 s after it was made', async (t) => {
+  const s = await startTestService(t);
+  // A body that keeps its request in flight a while after the claim (which is made once the body
+  // is read): 1.5 million empty arrays, walked and answered off the main thread. The test reads
+  // the claim from the file meanwhile (WAL readers never wait); a run that answers before one
+  // read sees it is tried again with another key.
+  const body = `[${'[],'.repeat(1_500_000)}[]]`;
+  const db = new Database(join(s.dataDir, 'tokens.db'), { fileMustExist: true, readonly: true });
+  t.teardown(() => db.close());
+  const inFlight = db.prepare("SELECT expires_ms FROM idempotency_keys WHERE state = 'in_flight'");
+  let seen: { sentAt: number; seenAt: number; expires: number } | null = null;
+  for (let attempt = 0; attempt < 5 && !seen; attempt++) {
+    const sentAt = Date.now();
+    let done = false;
+    const req = s.call('POST', '/tokenize', { raw: body, headers: { 'content-type': 'application/json', 'svc-idempotency-key': `claim-${attempt}` } })
+      .finally(() => (done = true));
+    while (!done && !seen) {
+      const row = inFlight.get() as { expires_ms: number } | undefined;
+      if (row) seen = { sentAt, seenAt: Date.now(), expires: row.expires_ms };
+      else await new Promise((r) => setTimeout(r, 1));
+    }
+    const res = await req;
+    t.equal(res.status, 200, `attempt ${attempt + 1}: answered`);
+  }
+  if (!seen) {
+    t.fail('no claim was seen in flight in 5 requests');
+    return;
+  }
+  t.ok(seen.expires >= seen.sentAt + CLAIM_MS && seen.expires <= seen.seenAt + CLAIM_MS,
+    `the claim expires 60 s after it was made (${seen.expires - seen.sentAt} ms after the request was sent)`);
+  t.equal(inFlight.all().length, 0, 'answered: no claim is left in flight');
+});
+
 t.test('redis store: claims live 60 s and answers 24 h (the TTLs the service sends), and both are honoured', { skip: redisSkip() }, async (t) => {
   const redis = await startRedis();
   t.teardown(() => redis.stop());
