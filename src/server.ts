@@ -68,9 +68,26 @@ export interface RunningService {
 
 export interface StartOptions {
   log?: Logger;
+  /**
+   * For tests only (issue 30): how often the expired cvcs (default every 60 s) and idempotency
+   * entries (every 10 minutes) are purged, so a test can watch the service's own purge without
+   * waiting minutes. Nothing in the config or the command line sets it; `tokenproxy start` never
+   * passes it.
+   */
+  purgeEveryMs?: { cvc?: number; idempotency?: number };
 }
 
 const CVC_PURGE_INTERVAL_MS = 60_000;
+
+/**
+ * How often Node checks the request and header timeouts (issue 30). Node's default, 30 s, let a
+ * request run up to 30 s past `request_timeout_ms` (a body trickling in was cut after 30.0 s with
+ * a 1 s timeout): checking at a quarter of the shorter timeout keeps the overshoot within 25% of
+ * it. The check walks only connections with a request in progress, not idle ones.
+ */
+export function timeoutCheckInterval(requestMs: number, headersMs: number): number {
+  return Math.max(100, Math.min(30_000, Math.floor(Math.min(requestMs, headersMs) / 4)));
+}
 
 /** What serves one model: its pipeline and proxies, and how many of its requests are in flight. */
 interface Serving {
@@ -113,7 +130,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     const rateLimits = createRateLimitStage(limits, metrics);
     let draining = false;
     const metricsHttp = metricsEndpoint(config.metrics, config.server.host, metrics);
-    const idempotency = new Idempotency({ store, ring, log });
+    const idempotency = new Idempotency({ store, ring, log, ...(opts.purgeEveryMs?.idempotency ? { purgeEveryMs: opts.purgeEveryMs.idempotency } : {}) });
     cleanups.push(() => idempotency.close());
     const serve = (model: Model): Serving => {
       const server = model.config.server;
@@ -157,6 +174,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     const server = createServer({
       requestTimeout: config.server.request_timeout_ms,
       headersTimeout: config.server.request_header_timeout_ms,
+      connectionsCheckingInterval: timeoutCheckInterval(config.server.request_timeout_ms, config.server.request_header_timeout_ms),
       keepAliveTimeout: 65_000,
     }, (req, res) => {
       // A request is served by the model current when it arrived, to its end.
@@ -173,7 +191,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     cleanups.unshift(() => drainServer(server, live.current.config.server.shutdown_grace_ms));
     const purge = setInterval(() => {
       store.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));
-    }, CVC_PURGE_INTERVAL_MS);
+    }, opts.purgeEveryMs?.cvc ?? CVC_PURGE_INTERVAL_MS);
     purge.unref();
     cleanups.unshift(() => clearInterval(purge));
     const refresh = startKeyRefresh(ring, config.store.data_key_refresh_seconds, log);

@@ -61,6 +61,8 @@ export interface IdempotencyOptions {
   log: Logger;
   inFlightTtlMs?: number;
   answerTtlMs?: number;
+  /** How often expired entries are purged (tests only: server.ts StartOptions). */
+  purgeEveryMs?: number;
 }
 
 /** The store slot of a client's key: its tenant, and a digest of its application and the key. */
@@ -116,11 +118,11 @@ export class Idempotency {
   readonly #purge: NodeJS.Timeout;
 
   constructor(opts: IdempotencyOptions) {
-    this.#o = { inFlightTtlMs: IN_FLIGHT_TTL_MS, answerTtlMs: ANSWER_TTL_MS, ...opts };
+    this.#o = { inFlightTtlMs: IN_FLIGHT_TTL_MS, answerTtlMs: ANSWER_TTL_MS, purgeEveryMs: PURGE_INTERVAL_MS, ...opts };
     // Expired entries: the embedded store deletes them here; Redis expires its keys itself.
     this.#purge = setInterval(() => {
       this.#o.store.purgeIdempotencyKeys(new Date()).catch(() => this.#o.log.warn('idempotency purge failed; will retry'));
-    }, PURGE_INTERVAL_MS);
+    }, this.#o.purgeEveryMs);
     this.#purge.unref();
   }
 
