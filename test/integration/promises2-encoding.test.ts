@@ -12,7 +12,7 @@
 import { gzipSync } from 'node:zlib';
 import t from 'tap';
 import { baseConfig, call, startTestService } from '../helpers/service.js';
-import { assertProxyError, PROXY_KEY, PROXY_KEY_2, configWithProxies } from '../helpers/proxy.js';
+import { assertProxyError, PROXY_KEY, PROXY_KEY_2, PROXY_KEY_3, configWithProxies } from '../helpers/proxy.js';
 import { randomCard } from '../helpers/secrets.js';
 import { rawRequest, startUpstream } from '../helpers/upstream.js';
 import { waitFor } from '../helpers/wait.js';
@@ -24,6 +24,10 @@ t.test('leak guard and Content-Encoding: block answers 415, log forwards the bod
   const cfg = configWithProxies([
     { id: 'blocking', name: 'blocking', key: PROXY_KEY, require_auth: false, destination_url: up.url, leak_guard: 'block' },
     { id: 'logging', name: 'logging', key: PROXY_KEY_2, require_auth: false, destination_url: up.url, leak_guard: 'log' },
+    {
+      id: 'tokenizing', name: 'tokenizing', key: PROXY_KEY_3, require_auth: false, destination_url: up.url, leak_guard: 'log',
+      request_transforms: [{ type: 'tokenize', fields: [{ pointer: '/card', token: { type: 'token' } }] }],
+    },
   ]);
   const s = await startTestService(t, { config: cfg });
   const card = randomCard();
@@ -74,6 +78,16 @@ t.test('leak guard and Content-Encoding: block answers 415, log forwards the bod
     t.equal(control.status, 200, control.text);
     await waitFor(() => warnings() === warned + 1, { what: 'the leak warning of the plain body' });
     t.notOk(s.logs().includes(card), 'the card never reaches the log');
+  });
+
+  await t.test('log with a tokenize transform: a gzip body is 415 (README: "so are compressed bodies"), nothing forwarded', async (t) => {
+    const before = up.received.length;
+    const r = await send(PROXY_KEY_3, gz, 'gzip');
+    assertProxyError(t, r, 415, 'unsupported_media_type');
+    t.equal(up.received.length, before, 'the upstream received nothing');
+    const control = await send(PROXY_KEY_3, plain);
+    t.equal(control.status, 200, `control: the plain body is tokenized and forwarded ${control.text}`);
+    t.notOk(up.received.at(-1)!.body.includes(card), 'the card was replaced by a token id');
   });
 });
 
