@@ -14,12 +14,14 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import { baseConfig, KEYS, startTestService } from '../helpers/service.js';
-import { freePort, redisSkip, type RedisHandle } from '../helpers/redis.js';
+import { freePort, type RedisHandle } from '../helpers/redis.js';
 import { randomCard } from '../helpers/secrets.js';
 import { makeTestCa, opensslAvailable } from '../helpers/tls.js';
 import { waitFor } from '../helpers/wait.js';
 
-const skip = redisSkip() || (opensslAvailable() ? false : 'openssl not installed');
+// Its own redis-server even with REDIS_URL set (that server has no TLS port): it must be installed.
+const installed = spawnSync('redis-server', ['--version']).status === 0;
+const skip = (installed ? false : 'redis-server not installed') || (opensslAvailable() ? false : 'openssl not installed');
 if (skip && process.env.TOKENPROXY_REQUIRE_REDIS === '1') throw new Error(`${skip} (TOKENPROXY_REQUIRE_REDIS=1)`);
 if (skip) t.plan(0, skip);
 if (process.env.REDIS_URL) t.comment('REDIS_URL is ignored here: this file starts its own TLS redis-server');
