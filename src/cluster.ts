@@ -215,6 +215,8 @@ export function runPrimary(config: LoadedConfig): null {
   let started = false;
   let stopping = false;
   let failed = false;
+  /** A worker exited before every worker listened: the start failed (reported once). */
+  let startFailed = false;
   /** The grace each worker serves with (a reload may change it: workers say so in their messages). */
   const graces = new Map<number, number>();
   const shutdownGraceMs = (): number => Math.max(config.server.shutdown_grace_ms, ...graces.values());
@@ -305,6 +307,9 @@ export function runPrimary(config: LoadedConfig): null {
         return;
       }
       if (!started) {
+        // Once (issue 30): the workers killed below exit too, and are not the cause to report.
+        if (startFailed) return;
+        startFailed = true;
         log.fatal({ worker: worker.id, code, signal }, 'start-up failed: a worker exited before all were listening');
         for (const w of slots.values()) w.process.kill('SIGKILL');
         void Promise.all(outputs).then(() => exitProcess(log, 1));
