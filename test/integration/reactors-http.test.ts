@@ -24,7 +24,10 @@ t.test('reactors over HTTP', async (t) => {
   t.equal(r.status, 200);
   t.same(r.body.raw, { brand: 'visa', last4: '4242' });
   t.equal(r.body.tokens.card.type, 'card');
-  t.same(r.body.tokens.card.mask ?? r.body.tokens.card.data, { number: 'XXXXXXXXXXXX4242', expiration_month: 12, expiration_year: 2030 });
+  // issue 30: `tokenize` is a composite body ({card: …}), and README "POST /tokenize" says card
+  // records there carry the masked fields under `data`, not `mask`
+  t.same(r.body.tokens.card.data, { number: 'XXXXXXXXXXXX4242', expiration_month: 12, expiration_year: 2030 });
+  t.notOk('mask' in r.body.tokens.card, 'no mask member in a composite answer');
   const stored = await s.call('GET', `/tokens/${r.body.tokens.card.id}`);
   t.equal(stored.status, 200, 'the token was really stored');
   t.equal(stored.body.data.number, VISA);
@@ -43,11 +46,15 @@ t.test('reactors over HTTP', async (t) => {
   t.equal(crash.body.detail, 'Reactor Runtime Error');
   t.ok(Array.isArray(crash.body.errors?.error), 'errors.error carries the message');
 
+  // issue 30: each with the status and the code of README's error table
   const bad = await s.call('POST', '/reactors/brand/react', { body: { args: { card: { number: '123' } } } });
-  t.equal(bad.status, 400);
+  t.same([bad.status, bad.body.code], [400, 'reactor_error'], 'the reactor threw a status 400');
 
-  t.equal((await s.call('POST', '/reactors/nope/react', { body: { args: {} } })).status, 404);
-  t.equal((await s.call('POST', '/reactors/echo/react', { key: KEYS.tenantB, body: { args: {} } })).status, 404, 'another tenant\'s reactor is not found');
-  t.equal((await s.call('POST', '/reactors/echo/react', { key: KEYS.masked, body: { args: {} } })).status, 403, 'needs reactor:invoke');
+  const nope = await s.call('POST', '/reactors/nope/react', { body: { args: {} } });
+  t.same([nope.status, nope.body.code], [404, 'not_found'], 'no such reactor');
+  const other = await s.call('POST', '/reactors/echo/react', { key: KEYS.tenantB, body: { args: {} } });
+  t.same([other.status, other.body.code], [404, 'not_found'], 'another tenant\'s reactor is not found');
+  const denied = await s.call('POST', '/reactors/echo/react', { key: KEYS.masked, body: { args: {} } });
+  t.same([denied.status, denied.body.code], [403, 'forbidden'], 'needs reactor:invoke');
   t.equal((await s.call('POST', '/tokenize', { body: 'still-serving' })).status, 200);
 });

@@ -189,6 +189,7 @@ export function tokenizeSuite(t: Test, options: (t: Test) => Promise<StartTestOp
     t.equal(r.status, 200);
     const read = await s.call('GET', `/tokens/${r.body.c.id}`, { key: KEYS.public });
     t.equal(read.status, 403);
+    t.equal(read.body.code, 'forbidden', 'the code README gives for a missing permission'); // issue 30
   });
 
   t.test('a card in a container the key may not create in is 403, and nothing of the request is created', async (t) => {
@@ -205,6 +206,7 @@ export function tokenizeSuite(t: Test, options: (t: Test) => Promise<StartTestOp
     t.notOk(denied.text.includes(VISA));
     const explicit = await own.call('POST', '/tokens', { key: GENERAL_ONLY_KEY, body: { type: 'token', data: 'v', containers: ['/pci/low/'] } });
     t.equal(explicit.status, 403, 'nor a container named in the definition');
+    t.equal(explicit.body.code, 'forbidden'); // issue 30
     t.equal(await count(), before, 'nothing created by the refused requests');
   });
 

@@ -40,7 +40,7 @@ export function tokensSuite(t: Test, options: (t: Test) => Promise<StartTestOpti
     const masked = await s.call('GET', `/tokens/${c.body.id}`, { key: KEYS.masked });
     t.same(masked.body.data, { number: 'XXXXXXXXXXXX4242', expiration_month: 7, expiration_year: 2031 }, 'plain permissions: mask');
     const arr = await s.call('POST', '/tokens', { body: [card] });
-    t.equal(arr.status, 400, 'POST /tokens takes one definition');
+    t.same([arr.status, arr.body.code], [400, 'validation_failed'], 'POST /tokens takes one definition'); // issue 30: the code too
   });
 
   t.test('token type: reveal returns the value, mask applies the mask expression, otherwise no data', async (t) => {
@@ -159,9 +159,13 @@ export function tokensSuite(t: Test, options: (t: Test) => Promise<StartTestOpti
     t.equal((await own.call('GET', '/tokens?metadata.batch=odd')).body.data.length, 2);
     t.equal((await own.call('GET', '/tokens?container=/pci/')).body.data.length, 1);
     t.equal((await own.call('GET', `/tokens?fingerprint=${cardTok.body.fingerprint}`)).body.data.length, 1);
-    t.equal((await own.call('GET', '/tokens?size=101')).status, 400);
-    t.equal((await own.call('GET', '/tokens?start=garbage!')).body.code, 'invalid_cursor');
-    t.equal((await own.call('GET', '/tokens?bogus=1')).status, 400);
+    // issue 30: each refusal with its status and code (README "The token API", "Errors")
+    const tooBig = await own.call('GET', '/tokens?size=101');
+    t.same([tooBig.status, tooBig.body.code], [400, 'validation_failed'], 'size is 1–100');
+    const garbage = await own.call('GET', '/tokens?start=garbage!');
+    t.same([garbage.status, garbage.body.code], [400, 'invalid_cursor']);
+    const bogus = await own.call('GET', '/tokens?bogus=1');
+    t.same([bogus.status, bogus.body.code], [400, 'validation_failed'], 'an unknown filter');
   });
 
   t.test('search: POST and GET, query fields, at once after create', async (t) => {

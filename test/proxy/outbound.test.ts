@@ -166,13 +166,10 @@ t.test('outbound proxy', async (t) => {
   t.test('token:use and keys: a failure sends nothing', async (t) => {
     const before = up.received.length;
     const body = { card: `{{ token: ${id} | json: '$.data.number' }}` };
-    const denied = await send(up.url, { key: NO_USE_KEY, body });
-    t.equal(denied.status, 403, denied.text);
-    t.ok(denied.body?.proxy_error, 'wrapped in proxy_error');
-    const unknown = await send(up.url, { body: { card: '{{ token: 00000000-0000-4000-8000-000000000000 }}', other: `{{ ${id} }}` } });
-    t.equal(unknown.status, 400, unknown.text);
-    const bad = await send(up.url, { body: { card: `{{ token: ${id} | nosuchfilter }}` } });
-    t.equal(bad.status, 400, bad.text);
+    // issue 30: the status and the code README "Detokenization" gives for each
+    assertProxyError(t, await send(up.url, { key: NO_USE_KEY, body }), 403, 'forbidden', 'a key without token:use');
+    assertProxyError(t, await send(up.url, { body: { card: '{{ token: 00000000-0000-4000-8000-000000000000 }}', other: `{{ ${id} }}` } }), 400, 'unknown_token', 'an unknown token');
+    assertProxyError(t, await send(up.url, { body: { card: `{{ token: ${id} | nosuchfilter }}` } }), 400, 'unknown_filter', 'an unknown filter');
     assertProxyError(t, await send(up.url, { key: null, body }), 401, 'missing_api_key');
     assertProxyError(t, await send(up.url, { key: KEYS.public, body }), 403, 'forbidden', 'a public key');
     assertProxyError(t, await send(up.url, { key: KEYS.tenantB, body }), 403, 'destination_not_allowed', "tenant B's (empty) list");
@@ -256,7 +253,7 @@ t.test('the detokenize transform of a pre-configured proxy', async (t) => {
 
   const before = up.received.length;
   const denied = await call(s.url, 'POST', '/proxy/charge', { key: NO_USE_KEY, body: { card: expr }, headers: { 'svc-proxy-key': PROXY_KEY } });
-  t.equal(denied.status, 403, denied.text);
+  assertProxyError(t, denied, 403, 'forbidden', 'the detokenize transform with a key without token:use'); // issue 30: the code too
   t.equal(up.received.length, before, 'without token:use nothing is sent');
   t.notMatch(denied.text + s.logs(), cardPattern(CARD));
 

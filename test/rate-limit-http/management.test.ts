@@ -79,6 +79,10 @@ t.test('other key kinds get 403, no key 401', async (t) => {
 t.test('a destination URL carrying credentials is not shown with them', async (t) => {
   const r = await client(t, s.url).send('GET', '/proxies', { key: leaky.keys[0][0] });
   t.equal(r.status, 200);
+  // issue 30: the proxy is shown, its URL without user, password and query (an answer leaving
+  // the proxy out passed the checks below)
+  t.same((r.body as { data: Array<{ id: string; destination_url: string }> }).data.map((p) => [p.id, p.destination_url]),
+    [['leaky', 'https://upstream.example/api']], 'the proxy, with its destination minus the credentials');
   t.notOk(r.text.includes('url-password-9d8e'), 'no password from the URL');
   t.notOk(r.text.includes('url-query-secret-41'), 'no secret from the URL query');
 });

@@ -79,6 +79,7 @@ t.test('the example card-brand reactor', async (t) => {
   t.match(out, { raw: { brand: 'visa', last4: '4242' }, tokenize: { card: { type: 'card', data: { number: '4242424242424242' } } } });
   const bad = await serviceError(runtime.invoke('t1/card-brand', { args: {} }));
   t.equal(bad.status, 400, 'its own 400 passes through');
+  t.equal(bad.code, 'reactor_error', 'as reactor_error (README "Reactors", Errors)'); // issue 30
 });
 
 t.test('an uncaught error is a 500 "Reactor Runtime Error" with errors.error', async (t) => {

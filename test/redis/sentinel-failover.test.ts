@@ -5,8 +5,9 @@
  *     readable after the promotion; it cannot write while the new primary has no replica (503), and
  *     writes again once the old primary is back as a replica;
  *   - a RedisStore without WAIT: acknowledged inserts the replica had not received when the
- *     primary died are lost (asynchronous replication); the test reports how many (a comment, not
- *     an assertion: on one machine the replica is usually milliseconds behind, so often 0-2);
+ *     primary died can be lost (asynchronous replication), and only those: the test asserts that the
+ *     lost writes (on one machine usually 0-2) are the old primary's last acknowledged ones and
+ *     prints how many;
  *   - the real service over HTTP (POST /tokenize, no WAIT): every answer is 200 or
  *     503 store_unavailable, the gap gives 503s, and it serves again after the promotion without
  *     a restart.
@@ -102,11 +103,28 @@ if (sentinel) {
     };
     const w = writers.waiting;
     t.same(await missing(waiting, w.acked), [], `WAIT 1: all ${w.acked.length} acknowledged inserts readable (${w.atKill} before the kill)`);
-    const lost = await missing(plain, writers.plain.acked);
-    t.comment(`no WAIT: ${lost.length} of ${writers.plain.atKill} inserts acknowledged before the kill lost in the failover (asynchronous replication)`);
-    let httpLost = 0;
-    for (const id of http.acked) if ((await s.call('GET', `/tokens/${id}`)).status !== 200) httpLost++;
-    t.comment(`HTTP, no WAIT: ${httpLost} of ${http.acked.length} tokenized values lost; ${http.unavailable} answers 503 store_unavailable`);
-    t.ok(lost.length <= writers.plain.atKill && httpLost <= http.atKill, 'only writes acknowledged before the kill can be lost');
+    // issue 30: README "Storage and durability": without WAIT a failover "can lose the last writes
+    // the old primary acknowledged but had not yet sent to the replica", and nothing else. Each
+    // writer is sequential and the replica holds a prefix of the primary's stream, so the lost
+    // writes must be a run at the end of what the old primary acknowledged: acknowledged before the
+    // kill (or the one write in flight at it, answered as the signal landed), with no surviving
+    // write after them, and every write acknowledged later (by the new primary) readable.
+    const onlyTheLast = (name: string, w: Writer, lost: string[]) => {
+      const at = lost.map((id) => w.acked.indexOf(id)).sort((a, b) => a - b);
+      t.comment(`${name}, no WAIT: ${lost.length} of ${w.atKill} writes acknowledged before the kill lost in the failover (asynchronous replication) at ${JSON.stringify(at)}; ${w.unavailable} answers store_unavailable`);
+      t.ok(at.every((i) => i >= 0 && i <= w.atKill), `${name}: every lost write was acknowledged by the old primary (before the kill, or the one in flight at it)`);
+      const run = at.length === 0 || (at.every((i, k) => k === 0 || i === at[k - 1]! + 1) && at.at(-1)! >= w.atKill - 1);
+      t.ok(run, `${name}: the lost writes are the old primary's last ones, with no surviving write after them`);
+    };
+    onlyTheLast('store', writers.plain, await missing(plain, writers.plain.acked));
+    const httpLost: string[] = [];
+    const odd: string[] = [];
+    for (const id of http.acked) {
+      const read = await s.call('GET', `/tokens/${id}`);
+      if (read.status === 404) httpLost.push(id);
+      else if (read.status !== 200) odd.push(`${read.status} ${read.body?.code}`);
+    }
+    t.same(odd, [], 'each acknowledged token reads 200, or 404 when lost');
+    onlyTheLast('HTTP', http, httpLost);
   });
 }

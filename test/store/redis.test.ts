@@ -7,6 +7,7 @@ import type { Test } from 'tap';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { redisForFile } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { cvcPattern, randomCard, randomCvc } from '../helpers/secrets.js';
 import { runContract, makeRecord, TENANT_A } from './contract.js';
 import { RedisStore } from '../../src/store/redis.js';
@@ -149,15 +150,23 @@ if (redis) {
     t.pass('ping answered');
   });
 
-  t.test('connecting to nothing fails fast with StoreUnavailableError', async (t) => {
+  // issue 30: a time bound is kept where time is the promise; it is generous (a loaded 2-core
+  // machine delays timers), states what the store is built to do, and prints what was measured.
+  const BOUND_MS = 3000;
+
+  t.test(`connecting to nothing fails fast with StoreUnavailableError (connect timeout 2 s; asserted under ${BOUND_MS} ms)`, async (t) => {
     const started = Date.now();
     const err = await RedisStore.connect({ url: 'redis://127.0.0.1:1', keyPrefix: 'x:' }).then(() => null, (e: unknown) => e);
+    const took = Date.now() - started;
     t.ok(err instanceof StoreUnavailableError, 'StoreUnavailableError');
-    t.ok(Date.now() - started < 6000, `failed in ${Date.now() - started} ms`);
+    t.comment(`connect to a closed port failed in ${took} ms`);
+    t.ok(took < BOUND_MS, `failed in ${took} ms`);
   });
 
   // Last: it kills the shared server.
-  t.test('Redis killed: operations reject within ~2 s, work again after restart, data survives', async (t) => {
+  // README "Storage and durability": "within about 1.5 s, never hanging" (the 1.5 s command
+  // timeout, and the store's own deadline 250 ms after it)
+  t.test(`Redis killed: operations reject within about 1.5 s (asserted under ${BOUND_MS} ms), work again after restart, data survives`, async (t) => {
     const store = await open(t);
     const before = makeRecord();
     await store.insertMany([before]);
@@ -167,20 +176,12 @@ if (redis) {
       const err = await op().then(() => null, (e: unknown) => e);
       const took = Date.now() - started;
       t.ok(err instanceof StoreUnavailableError, 'StoreUnavailableError');
-      t.ok(took < 6000, `rejected in ${took} ms`);
+      t.comment(`Redis down: rejected in ${took} ms`);
+      t.ok(took < BOUND_MS, `rejected in ${took} ms`);
       t.notMatch(err instanceof Error ? err.message : '', before.id, 'no values in the message');
     }
     await redis.restart();
-    const deadline = Date.now() + 10_000;
-    for (;;) {
-      try {
-        await store.ping();
-        break;
-      } catch (err) {
-        if (Date.now() > deadline) throw err;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
+    await waitFor(() => store.ping().then(() => true, () => false), { timeoutMs: 10_000, intervalMs: 100, what: 'the store answers after the restart' });
     t.same(await store.get(TENANT_A, before.id), before, 'the resolved insert survived kill -9 of Redis (appendfsync always)');
     const after = makeRecord();
     await store.insertMany([after]);
