@@ -26,14 +26,30 @@ export function writeConfig(dir: string, config: unknown, name = 'config.json'):
   return path;
 }
 
+/**
+ * Kills what is left of a child's process group (it was spawned detached, so it leads one): a
+ * cluster worker that outlived its primary keeps the test's stdout pipe open, and the test
+ * process then never exits (seen once: a file whose tests had passed waited 6 minutes on one).
+ */
+function killGroup(child: ChildProcess): void {
+  try {
+    process.kill(-child.pid!, 'SIGKILL');
+  } catch {
+    // no process left in the group
+  }
+}
+
 /** Runs main.ts to completion (e.g. a config error) and returns its exit code and output. */
 export function runCli(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [...loaderArgs(), 'src/main.ts', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [...loaderArgs(), 'src/main.ts', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     let output = '';
     child.stdout!.on('data', (d) => (output += d));
     child.stderr!.on('data', (d) => (output += d));
-    child.on('exit', (code) => resolve({ code, output }));
+    child.on('exit', (code) => {
+      killGroup(child);
+      resolve({ code, output });
+    });
   });
 }
 
@@ -42,6 +58,7 @@ export async function startChild(configPath: string, env: Record<string, string>
   const child = spawn(process.execPath, [...loaderArgs(), 'src/main.ts', '--config', configPath], {
     env: { ...process.env, PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
   });
   let output = '';
   const url = await new Promise<string>((resolve, reject) => {
@@ -61,6 +78,7 @@ export async function startChild(configPath: string, env: Record<string, string>
     child.stderr!.on('data', (d: Buffer) => (output += d));
     child.on('exit', (code) => {
       clearTimeout(timer);
+      killGroup(child);
       reject(new Error(`service exited with ${code}:\n${output}`));
     });
   });
@@ -73,10 +91,12 @@ export async function startChild(configPath: string, env: Record<string, string>
     kill9: async () => {
       child.kill('SIGKILL');
       await waitExit();
+      killGroup(child);
     },
     stop: async () => {
       child.kill('SIGTERM');
       await waitExit();
+      killGroup(child);
     },
   };
 }
