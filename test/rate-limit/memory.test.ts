@@ -2,12 +2,12 @@
  * RateLimitService on the memory store: every rule through check(), throttle vs block timing,
  * the strictest-rule decision, counter scoping.
  */
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { ServiceError } from '../../src/errors.js';
 import { RateLimitService, type RateLimitDecision } from '../../src/rate-limit/limiter.js';
 import { ROUTE_GROUPS, type RuleName } from '../../src/rate-limit/rules.js';
 import { sleep } from '../helpers/wait.js';
-import { captureLog, expect429, memoryConfig, tenantWith, type Subject } from './fixtures.js';
+import { captureLog, expect429, memoryConfig, onTime, outcome, replay, tenantWith, type Outcome, type Subject } from './fixtures.js';
 
 const { log } = captureLog();
 const service = () => {
@@ -82,37 +82,6 @@ t.test('legacy_portal is attached to no route', async (t) => {
   }
   t.equal(checks, ROUTE_GROUPS.length * 3, 'every check on every route admitted');
 });
-
-/** A check's outcome, taken without asserting: the decision or the ServiceError it threw. */
-type Outcome = { decision: RateLimitDecision } | { error: ServiceError };
-
-async function outcome(p: Promise<RateLimitDecision>): Promise<Outcome> {
-  try {
-    return { decision: await p };
-  } catch (e) {
-    if (e instanceof ServiceError) return { error: e };
-    throw e;
-  }
-}
-
-/** The outcome as a promise again, for expect429. */
-const replay = (o: Outcome): Promise<unknown> => ('error' in o ? Promise.reject(o.error) : Promise.resolve(o.decision));
-
-/**
- * Runs a timing scenario until its precondition held, at most 5 times (issue 30). The scenarios
- * below need a burst of checks to fit in a short window (or a check to land in the middle of a
- * block); on a loaded machine a stall can break that before anything is asserted. `attempt`
- * decides from the clock alone, before asserting anything, and returns why it could not run; the
- * outcome of the checks never decides a retry, so a limiter that is wrong fails every attempt.
- */
-async function onTime(t: Test, attempt: () => Promise<string | undefined>): Promise<void> {
-  for (let i = 1; i <= 5; i++) {
-    const missed = await attempt();
-    if (missed === undefined) return;
-    t.comment(`attempt ${i}: ${missed} (a loaded machine); again with a fresh tenant`);
-  }
-  t.fail('the timing precondition failed 5 times in a row');
-}
 
 t.test('throttle: 429 until the window admits again', async (t) => {
   const limits = service();
