@@ -242,7 +242,7 @@ class Oracle {
 }
 
 /** Runs `runs` bodies against `target` as a fast-check property; fails the test with the seed. */
-async function runProperty(t: Test, name: string, oracle: Oracle, target: Target, runs: number, seed: number, budgetMs: number): Promise<void> {
+async function runProperty(t: Test, name: string, oracle: Oracle, target: Target, runs: number, seed: number, budgetMs: number, floor: number): Promise<void> {
   let n = 0;
   const bodyArb = fc.oneof(
     { weight: 12, arbitrary: fc.tuple(fc.constant<Route>('/tokenize'), tokenizeBody.map(serialize)) },
@@ -270,7 +270,8 @@ async function runProperty(t: Test, name: string, oracle: Oracle, target: Target
     await fc.assert(property, { seed, numRuns: runs, plugins: [fc.interruptAfterTimeLimit(budgetMs)] });
     const total = Date.now() - started;
     const ran = n < runs ? `${n} of ${runs} bodies (the ${Math.round(budgetMs / 1000)} s budget ran out)` : `${runs} bodies`;
-    t.ok(n > 0, 'at least one body ran');
+    t.comment(`${name}: ${n} bodies ran (floor ${floor})`);
+    t.ok(n >= floor, `${name}: ${n} bodies ran, at least the floor of ${floor} a loaded machine still reaches`);
     t.pass(`${name}: ${ran} held every invariant (${total} ms: ${Math.round(sending)} in the service, ${Math.round(checking)} checking, the rest generating)`);
   } catch (err) {
     // fast-check 4 keeps the property's own error (what broke, the answer, the body with its
@@ -332,10 +333,21 @@ export interface Phase {
  * Per phase, together well inside tap's 120 s per file with the service start-up and the final
  * count: on a quiet machine the run counts finish first; on a loaded one the budget does.
  */
+const BASE_BUDGET_MS: Record<'in-process' | 'over HTTP', number> = { 'in-process': 55_000, 'over HTTP': 25_000 };
 const DEFAULT_BUDGET_MS: Record<'in-process' | 'over HTTP', number> = {
-  'in-process': Number(process.env.FUZZ_BUDGET_MS ?? 55_000),
-  'over HTTP': Number(process.env.FUZZ_BUDGET_MS ?? 25_000),
+  'in-process': Number(process.env.FUZZ_BUDGET_MS ?? BASE_BUDGET_MS['in-process']),
+  'over HTTP': Number(process.env.FUZZ_BUDGET_MS ?? BASE_BUDGET_MS['over HTTP']),
 };
+
+/**
+ * The share of a phase's run count that must run within its budget (issue 30: `n > 0` let a run
+ * of one body pass). Measured on the 2-core machine at load 4 (other test runs beside it):
+ * embedded 45,000 in-process bodies in 24 s of a 55 s budget and 1,000 over HTTP in 4 s of 25 s;
+ * Redis 55,000 in-process in 42 s and 1,000 over HTTP in 5 s. A tenth leaves a machine 13 times
+ * slower than the slowest of those still passing; a smaller budget (FUZZ_BUDGET_MS) lowers the
+ * floor in proportion.
+ */
+const FLOOR_SHARE = 0.1;
 
 async function countByPages(store: TokenStore): Promise<number> {
   let n = 0;
@@ -359,7 +371,10 @@ export async function fuzzStore(t: Test, phases: { inProcess: Phase; http: Phase
       const s = await startTestService(t, phase.service);
       const oracle = new Oracle(s.svc.store, phase.cheap && phase.countTokens ? () => phase.countTokens!(s) : undefined);
       await oracle.start();
-      await runProperty(t, name, oracle, name === 'in-process' ? inProcessTarget(s) : httpTarget(s), Math.round(phase.runs * SCALE), seed, phase.budgetMs ?? DEFAULT_BUDGET_MS[name]);
+      const runs = Math.round(phase.runs * SCALE);
+      const budgetMs = phase.budgetMs ?? DEFAULT_BUDGET_MS[name];
+      const floor = Math.max(1, Math.ceil(runs * FLOOR_SHARE * Math.min(1, budgetMs / BASE_BUDGET_MS[name])));
+      await runProperty(t, name, oracle, name === 'in-process' ? inProcessTarget(s) : httpTarget(s), runs, seed, budgetMs, floor);
       await oracle.truth((what) => {
         throw new Error(what);
       }).then(() => t.pass('the store agrees: its newest token is the last one created'), (e: Error) => t.fail(e.message));

@@ -1,7 +1,8 @@
 /**
  * A private CA and a server certificate for `localhost` / 127.0.0.1, made with openssl in a temp
  * directory at test time (node:crypto cannot issue X.509 certificates). Nothing is committed; the
- * directory goes at teardown. Returns null when openssl is not installed (callers skip).
+ * directory goes at teardown. Callers skip without openssl (`opensslSkip`), or fail under
+ * TOKENPROXY_REQUIRE_REDIS=1.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -28,6 +29,17 @@ export function opensslAvailable(): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * The reason to skip a test that needs openssl, or false to run it. Under TOKENPROXY_REQUIRE_REDIS=1
+ * (set by CI, which must run every test) a missing openssl is a failure, as a missing redis-server
+ * is (issue 30: the https tests were skipped silently).
+ */
+export function opensslSkip(): string | false {
+  if (opensslAvailable()) return false;
+  if (process.env.TOKENPROXY_REQUIRE_REDIS === '1') throw new Error('openssl is required (TOKENPROXY_REQUIRE_REDIS=1) but not installed');
+  return 'openssl is not installed';
 }
 
 export function makeTestCa(t: Tap): TestCa {

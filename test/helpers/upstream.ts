@@ -35,8 +35,11 @@ export const defaultResponder: Responder = (r, res) => {
   res.end(body);
 };
 
-/** Starts a recording upstream; `record: false` counts bytes without keeping bodies (large bodies). */
-export async function startUpstream(t: Tap, opts: { record?: boolean } = {}): Promise<Upstream> {
+/**
+ * Starts a recording upstream; `record: false` counts bytes without keeping bodies (large bodies).
+ * `onData` is told the size of every body chunk as it arrives (how far a streamed body has got).
+ */
+export async function startUpstream(t: Tap, opts: { record?: boolean; onData?: (bytes: number) => void } = {}): Promise<Upstream> {
   const received: Received[] = [];
   let responder: Responder = defaultResponder;
   const server = createServer({ keepAliveTimeout: 10_000 }, (req: IncomingMessage, res) => {
@@ -44,6 +47,7 @@ export async function startUpstream(t: Tap, opts: { record?: boolean } = {}): Pr
     let size = 0;
     req.on('data', (c: Buffer) => {
       size += c.length;
+      opts.onData?.(c.length);
       if (opts.record !== false) chunks.push(c);
     });
     req.on('end', () => {

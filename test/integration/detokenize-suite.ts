@@ -9,7 +9,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { runCli, type Io } from '../../src/cli.js';
 import { writeConfig } from '../helpers/process.js';
-import { randomCard, randomCvc } from '../helpers/secrets.js';
+import { cvcPattern, randomCard, randomCvc } from '../helpers/secrets.js';
 import type { TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -88,6 +88,26 @@ async function verifyAudit(svc: TestService, o: SuiteOptions, tenantId: string):
   return { code, out };
 }
 
+/**
+ * Whether `text` shows `cvc` in a way no chance can: next to its field name (cvcPattern), as a whole
+ * JSON string, or (for JSON text) as a whole value anywhere in it. A 4-digit cvc searched as bare
+ * digits turns up by chance in card numbers, years, hex hashes and UUIDs (issue 30).
+ */
+function showsCvc(text: string, cvc: string): boolean {
+  if (cvcPattern(cvc).test(text) || text.includes(`"${cvc}"`)) return true;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return false;
+  }
+  const walk = (v: unknown): boolean =>
+    typeof v === 'string' || typeof v === 'number' ? String(v) === cvc
+      : Array.isArray(v) ? v.some(walk)
+        : v !== null && typeof v === 'object' ? Object.values(v).some(walk) : false;
+  return walk(parsed);
+}
+
 export function runDetokenizeSuite(t: Test, o: SuiteOptions): void {
   t.test('POST /detokenize: reveal, mask, redact, all or nothing; audit; logs; verify-audit; tampering', async (t) => {
     const s = await o.start(t);
@@ -123,7 +143,7 @@ export function runDetokenizeSuite(t: Test, o: SuiteOptions): void {
       number, exp: '4/2031', month: 4, last4: number.slice(-4), note: secret,
       untouched: ['plain', 42, null, { k: '{{ not an expression }}' }],
     });
-    t.notMatch(sdk.text, cvc, 'POST /detokenize never shows the cvc');
+    t.notOk(showsCvc(sdk.text, cvc), 'POST /detokenize never shows the cvc');
 
     const masked = await s.call('POST', '/detokenize', { key: K.masked, body: { n: `{{ ${cardId} | json: '$.number' }}`, note: `{{ ${noteId} }}` } });
     t.equal(masked.status, 200, masked.text);
@@ -212,9 +232,11 @@ export function runDetokenizeSuite(t: Test, o: SuiteOptions): void {
     t.equal((await s.call('GET', '/logs', { key: K.other })).status, 403);
 
     // No value in any stored event.
-    const raw = (await o.rawEvents(s, TENANT)).join('\n');
-    t.equal(raw.split('\n').length, 6);
-    for (const v of [number, number.slice(-8), cvc, secret]) t.notOk(raw.includes(v), 'no value in the stored trail');
+    const events = await o.rawEvents(s, TENANT);
+    const raw = events.join('\n');
+    t.equal(events.length, 6);
+    for (const v of [number, number.slice(-8), secret]) t.notOk(raw.includes(v), 'no value in the stored trail');
+    t.notOk(events.some((e) => showsCvc(e, cvc)), 'no cvc in the stored trail');
     t.notMatch(s.logs(), number, 'no card number in the logs');
     t.notOk(s.logs().includes(secret), 'no token value in the logs');
 

@@ -154,14 +154,25 @@ t.test('a large response to a slow reader streams with backpressure and arrives 
         for (let i = 0; i < c.length; i += 4099) if (c[i] !== ((bytes + i) % (64 * 1024)) % 251) ok = false;
         bytes += c.length;
         if (!paused && bytes >= 1024 * 1024) {
-          // A reader that stops for a second: a proxy without backpressure would take the whole
-          // 64 MB from the destination meanwhile and hold it in memory.
+          // A reader that stops: a proxy without backpressure would take the whole 64 MB from the
+          // destination meanwhile and hold it in memory. The pause lasts until the destination has
+          // stopped sending (no progress for 300 ms, at least 1 s in all, at most 20 s), not a fixed
+          // second (issue 30): on a loaded machine a proxy without backpressure could have pulled
+          // less than the bound in one second, and the check could not fail.
           paused = true;
           res.pause();
-          setTimeout(() => {
-            sentWhilePaused = sent;
-            res.resume();
-          }, 1000);
+          const pausedAt = performance.now();
+          let last = sent;
+          let still = performance.now();
+          const watch = setInterval(() => {
+            const now = performance.now();
+            if (sent !== last) [last, still] = [sent, now];
+            if ((now - pausedAt >= 1000 && now - still >= 300) || now - pausedAt >= 20_000 || sent >= size) {
+              clearInterval(watch);
+              sentWhilePaused = sent;
+              res.resume();
+            }
+          }, 20);
         }
       });
       res.on('end', () => resolve({ bytes, ok }));

@@ -94,13 +94,27 @@ t.test('regression: a form with 5,000 copies of a tokenized field took 20 s and 
         request_transforms: [{ type: 'tokenize', fields: [{ pointer: '/ssn', token: { type: 'token' } }] }] },
     ]),
   });
+  // Time bounds (the regression was quadratic: no event marks "too slow"), scaled by a baseline
+  // measured here (issue 30): the slowest of three small forms on the same proxy, so a loaded
+  // machine raises the bound with the baseline. Printed.
+  let base = 0;
+  for (let i = 0; i < 3; i++) {
+    const b0 = performance.now();
+    const small = await s.call('POST', '/proxy/x', { key: null, raw: `ssn=${300_000 + i}&a=1`, headers: { 'svc-proxy-key': PROXY_KEY, 'content-type': FORM } });
+    t.equal(small.status, 200, 'the baseline form');
+    base = Math.max(base, performance.now() - b0);
+  }
+  const bound = 10_000 + 50 * base;
+  t.comment(`baseline: a small form in ${base.toFixed(0)} ms; bound ${bound.toFixed(0)} ms`);
+  up.received.length = 0;
   const copies = Array.from({ length: 5_000 }, (_, i) => `ssn=${100_000 + i}`).join('&');
   let started = performance.now();
   const r = await s.call('POST', '/proxy/x', { key: null, raw: copies, headers: { 'svc-proxy-key': PROXY_KEY, 'content-type': FORM } });
   let ms = performance.now() - started;
   assertProxyError(t, r, 400, 'too_many_tokens', '5,000 copies:');
-  t.ok(ms < 10_000, `answered in ${ms.toFixed(0)} ms`);
-  t.equal(await tokenCount(s), 0, 'no token stored');
+  t.ok(ms < bound, `answered in ${ms.toFixed(0)} ms`);
+  const baselineTokens = 3;
+  t.equal(await tokenCount(s), baselineTokens, 'no token stored (but the three of the baseline forms)');
 
   // The limit's worth of values among 20,000 other fields, some with encoded names (`%73sn` is
   // `ssn`): every one found, each replaced where it was, the other fields byte for byte.
@@ -111,14 +125,14 @@ t.test('regression: a form with 5,000 copies of a tokenized field took 20 s and 
   const ok = await s.call('POST', '/proxy/x', { key: null, raw: body, headers: { 'svc-proxy-key': PROXY_KEY, 'content-type': FORM } });
   ms = performance.now() - started;
   t.equal(ok.status, 200, ok.text.slice(0, 200));
-  t.ok(ms < 10_000, `100 tokens among 20,000 fields in ${ms.toFixed(0)} ms`);
+  t.ok(ms < bound, `100 tokens among 20,000 fields in ${ms.toFixed(0)} ms`);
   const sent = up.received[0]!.body.toString();
   const pairs = sent.split('&');
   t.equal(pairs.length, 20_100, 'every field forwarded');
   const replaced = pairs.filter((p) => /^(ssn|%73sn)=[0-9a-f-]{36}$/.test(p));
   t.equal(replaced.length, 100, 'every ssn replaced by a token id, under its name as sent');
   t.same(pairs.filter((p) => p.startsWith('f')), Array.from({ length: 20_000 }, (_, i) => `f${i}=v%7E${i}`), 'the other fields unchanged, byte for byte');
-  t.equal(await tokenCount(s), 100);
+  t.equal(await tokenCount(s), 100 + baselineTokens);
 });
 
 t.test('the worst forms within the 5 MB body limit: linear, and /healthz keeps answering', async (t) => {
@@ -141,7 +155,27 @@ t.test('the worst forms within the 5 MB body limit: linear, and /healthz keeps a
     ['100 tokenized values among 1 M percent-encoded names', () => fill(hundred, '%61=&'), 200],
     ['100 tokenized values among 350 k fields of digit groups', () => fill(hundred, 'a=1234 5678 12&'), 200],
   ];
+  // Time bounds (the quadratic parse needed days for the first case: no event marks "too slow"),
+  // scaled by baselines measured here on this machine at this moment (issue 30): the slowest of
+  // three 100-field forms, and the slowest of ten /healthz answers. Printed.
   await fetch(`${child.url}/healthz`);
+  let base = 0;
+  for (let i = 0; i < 3; i++) {
+    const b0 = performance.now();
+    const r = await fetch(`${child.url}/proxy/x`, { method: 'POST', body: hundred, headers: { 'svc-proxy-key': PROXY_KEY_3, 'content-type': FORM } });
+    await r.arrayBuffer();
+    t.equal(r.status, 200, 'the baseline form');
+    base = Math.max(base, performance.now() - b0);
+  }
+  let baseHealth = 0;
+  for (let i = 0; i < 10; i++) {
+    const h0 = performance.now();
+    await (await fetch(`${child.url}/healthz`)).arrayBuffer();
+    baseHealth = Math.max(baseHealth, performance.now() - h0);
+  }
+  const bound = 20_000 + 20 * base;
+  const healthBound = 5_000 + 20 * baseHealth;
+  t.comment(`baselines: 100 tokenized fields in ${base.toFixed(0)} ms, /healthz in ${baseHealth.toFixed(0)} ms; bounds ${bound.toFixed(0)} ms and ${healthBound.toFixed(0)} ms`);
   for (const [what, build, status] of cases) {
     const body = build();
     let polling = true;
@@ -164,9 +198,8 @@ t.test('the worst forms within the 5 MB body limit: linear, and /healthz keeps a
     await poller;
     t.comment(`${what} (${body.length} bytes): ${r.status} in ${ms.toFixed(0)} ms; slowest of ${polls} /healthz answers meanwhile ${worst.toFixed(0)} ms`);
     t.equal(r.status, status, `${what}: ${text.slice(0, 200)}`);
-    // Generous bounds for a loaded 2-core machine; the quadratic parse needed days for the first
-    // case and more than 5 minutes for the second.
-    t.ok(ms < 20_000, `${what}: answered in ${ms.toFixed(0)} ms`);
-    t.ok(worst < 5_000, `${what}: /healthz answered within ${worst.toFixed(0)} ms throughout`);
+    // The quadratic parse needed days for the first case and more than 5 minutes for the second.
+    t.ok(ms < bound, `${what}: answered in ${ms.toFixed(0)} ms`);
+    t.ok(worst < healthBound, `${what}: /healthz answered within ${worst.toFixed(0)} ms throughout`);
   }
 });

@@ -241,7 +241,8 @@ t.test('a wrong or missing proxy key is 401, wrapped, and nothing is forwarded',
 });
 
 t.test('a 100 MB pass-through body streams with flat memory', async (t) => {
-  const up = await startUpstream(t, { record: false });
+  let arrived = 0;
+  const up = await startUpstream(t, { record: false, onData: (n) => (arrived += n) });
   const cfg = configWithProxies([{ id: 'big', name: 'big', key: PROXY_KEY, require_auth: false, destination_url: `${up.url}/base/` }]);
   const s = await startTestService(t, { config: cfg });
   const MB = 1024 * 1024;
@@ -256,6 +257,8 @@ t.test('a 100 MB pass-through body streams with flat memory', async (t) => {
   }, 20);
   t.teardown(() => clearInterval(sampler));
   const u = new URL(s.url);
+  /** The most the sender was ever ahead of what had reached the upstream. */
+  let maxAhead = 0;
   const res = await new Promise<{ status: number; body: string; headers: Record<string, unknown> }>((resolve, reject) => {
     const req = httpRequest(
       {
@@ -275,6 +278,7 @@ t.test('a 100 MB pass-through body streams with flat memory', async (t) => {
     const pump = () => {
       while (sent < TOTAL_MB) {
         sent++;
+        maxAhead = Math.max(maxAhead, sent * MB - arrived);
         if (!req.write(chunk)) {
           req.once('drain', pump);
           return;
@@ -294,9 +298,12 @@ t.test('a 100 MB pass-through body streams with flat memory', async (t) => {
   t.equal(got.headers['content-length'], String(TOTAL_MB * MB), 'the declared length passes through');
   t.equal(JSON.parse(res.body).length, 0, 'the upstream (not recording) answered');
   const growthMb = (peak - baseline) / MB;
-  // Buffering the body would hold all 100 MB at once, on top of this process's garbage: the
-  // sender, the proxy and the upstream all run in this one heap, and the chunks that passed their
-  // three sockets wait for the collector (65.6 MB seen once on Node 24 with other files running).
-  t.ok(growthMb < 90, `RSS growth ${growthMb.toFixed(1)} MB stays under 90 MB while 100 MB pass through`);
+  // Flat memory, counted rather than weighed (issue 30): buffering the body would hold all 100 MB
+  // before the upstream got a byte, so the sender would be 100 MB ahead; streamed with backpressure
+  // it is never more ahead than the socket and stream buffers between them, whatever the load. RSS
+  // (the sender, the proxy and the upstream share this heap, and passed chunks wait for the
+  // collector: 65.6 MB seen once on Node 24 with other files running) is printed, not asserted.
+  t.ok(maxAhead < 32 * MB, `the sender was at most ${(maxAhead / MB).toFixed(1)} MB ahead of the upstream (buffering: 100 MB)`);
+  t.comment(`RSS growth ${growthMb.toFixed(1)} MB while 100 MB passed through`);
   t.notOk(s.logs().includes('leak guard'), 'no false leak finding in letters');
 });

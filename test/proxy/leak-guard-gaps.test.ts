@@ -19,6 +19,7 @@ import * as guard from '../../src/proxy/leak-guard.js';
 import { KEYS, startTestService, type TestService } from '../helpers/service.js';
 import { startUpstream, type Upstream } from '../helpers/upstream.js';
 import { assertProxyError, CARD, configWithProxies, SSN } from '../helpers/proxy.js';
+import { waitFor } from '../helpers/wait.js';
 
 const SEED = 20_261_010;
 const FORM = 'application/x-www-form-urlencoded';
@@ -50,8 +51,9 @@ function leakLines(s: TestService): Array<Record<string, any>> {
   return s.logs().split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((l) => typeof l.msg === 'string' && l.msg.startsWith('leak guard'));
 }
 
-async function eventually(cond: () => boolean): Promise<void> {
-  for (let i = 0; i < 100 && !cond(); i++) await new Promise((r) => setTimeout(r, 10));
+/** Waits for `cond` (the leak line is written when the streamed body ends); fails loudly, naming `what`, after 10 s (issue 30: it gave up silently after 1 s). */
+function eventually(cond: () => boolean, what: string): Promise<true> {
+  return waitFor(() => cond() || undefined, { timeoutMs: 10_000, intervalMs: 10, what });
 }
 
 t.test('regression: a card written with JSON \\u escapes passed a blocking guard', async (t) => {
@@ -80,7 +82,7 @@ t.test('regression: a card written with JSON \\u escapes passed a blocking guard
   const before = leakLines(s).length;
   const r = await s.call('POST', '/proxy/x', { key: null, raw: `{"a":"${jsonEscaped(CARD)}","b":"${jsonEscaped('5555555555554444')}"}`, headers: { 'svc-proxy-key': KEY.log, 'content-type': 'application/json' } });
   t.equal(r.status, 200, 'log forwards');
-  await eventually(() => leakLines(s).length > before);
+  await eventually(() => leakLines(s).length > before, 'a leak guard line for the streamed body');
   t.equal(leakLines(s).at(-1)?.findings, 2, 'log: both escaped cards counted');
 
   // JSON escapes are decoded only where JSON says so: a +json type too, not text/plain.

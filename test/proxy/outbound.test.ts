@@ -17,7 +17,7 @@ import { KEYS, TENANT_A, baseConfig, call, startTestService } from '../helpers/s
 import { startChild, writeConfig } from '../helpers/process.js';
 import { assertProxyError, PROXY_KEY } from '../helpers/proxy.js';
 import { cardPattern, cvcPattern, randomCard, randomCvc } from '../helpers/secrets.js';
-import { makeTestCa, opensslAvailable } from '../helpers/tls.js';
+import { makeTestCa, opensslSkip } from '../helpers/tls.js';
 import { rawRequest, startUpstream, type Received } from '../helpers/upstream.js';
 
 const CARD = randomCard('4');
@@ -198,7 +198,7 @@ t.test('outbound proxy', async (t) => {
   });
 });
 
-t.test('https destination: the system store, plus a per-destination CA file', { skip: opensslAvailable() ? false : 'openssl is not installed' }, async (t) => {
+t.test('https destination: the system store, plus a per-destination CA file', { skip: opensslSkip() }, async (t) => {
   const ca = makeTestCa(t);
   const received: Received[] = [];
   const server = createHttpsServer({ key: ca.key, cert: ca.cert }, (req, res) => {

@@ -9,7 +9,7 @@
 import t from 'tap';
 import { startTestService } from '../helpers/service.js';
 import { startUpstream } from '../helpers/upstream.js';
-import { addProxy, client, driveRow, expect429, expectAllowed, limitedConfig, sendViaProxy, tenant } from './helpers.js';
+import { addProxy, client, driveRow, expect429, expectAllowed, limitedConfig, reachLimit, sendViaProxy, tenant } from './helpers.js';
 
 const WINDOW = 1;
 
@@ -53,8 +53,8 @@ t.test('higher tier proxy row (custom window): N admitted, N+1 429, Throttle rec
 t.test('the counter is the proxy key: a second proxy key of the same tenant counts apart', async (t) => {
   const c = client(t, s.url);
   // The first key may have been exhausted by the subtest above; the second starts fresh.
-  for (let i = 1; i <= 3; i++) expectAllowed(t, await sendViaProxy(c, xDefaultKeys[1]!, { path: '/proxy/second' }), 200, 3, 3 - i, `second key ${i}:`);
-  expect429(t, await sendViaProxy(c, xDefaultKeys[1]!, { path: '/proxy/second' }), 3, 'second key 4:');
+  // reachLimit: a 1 s window that runs out on a loaded machine starts the count over (issue 30).
+  await reachLimit(t, { send: () => sendViaProxy(c, xDefaultKeys[1]!, { path: '/proxy/second' }), okStatus: 200, points: 3, durationSeconds: WINDOW });
 });
 
 t.test('one proxy key from two client IPs shares one counter', async (t) => {

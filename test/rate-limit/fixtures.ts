@@ -8,7 +8,7 @@ import type { Test } from 'tap';
 import type { RateRuleOverride } from '../../src/config/schema.js';
 import { ServiceError } from '../../src/errors.js';
 import { createLogger, type Logger } from '../../src/log.js';
-import type { RateLimitConfig, RateLimitSubject, RateLimitTenant } from '../../src/rate-limit/limiter.js';
+import type { RateLimitConfig, RateLimitDecision, RateLimitSubject, RateLimitTenant } from '../../src/rate-limit/limiter.js';
 
 export function tenantWith(custom: Record<string, RateRuleOverride> = {}, extra: Partial<RateLimitTenant> = {}): RateLimitTenant {
   return { id: randomUUID(), test: false, rate_limit_tier: 'default', custom_rate_limits: custom, ...extra };
@@ -61,3 +61,34 @@ export async function expect429(t: Test, p: Promise<unknown>, limit: number, ret
 }
 
 export type Subject = RateLimitSubject;
+
+/** A check's outcome, taken without asserting: the decision or the ServiceError it threw. */
+export type Outcome = { decision: RateLimitDecision } | { error: ServiceError };
+
+export async function outcome(p: Promise<RateLimitDecision>): Promise<Outcome> {
+  try {
+    return { decision: await p };
+  } catch (e) {
+    if (e instanceof ServiceError) return { error: e };
+    throw e;
+  }
+}
+
+/** The outcome as a promise again, for expect429. */
+export const replay = (o: Outcome): Promise<unknown> => ('error' in o ? Promise.reject(o.error) : Promise.resolve(o.decision));
+
+/**
+ * Runs a timing scenario until its precondition held, at most 5 times (issue 30). Scenarios with
+ * short windows need a burst of checks to fit in a short window (or a check to land in the middle of a
+ * block); on a loaded machine a stall can break that before anything is asserted. `attempt`
+ * decides from the clock alone, before asserting anything, and returns why it could not run; the
+ * outcome of the checks never decides a retry, so a limiter that is wrong fails every attempt.
+ */
+export async function onTime(t: Test, attempt: () => Promise<string | undefined>): Promise<void> {
+  for (let i = 1; i <= 5; i++) {
+    const missed = await attempt();
+    if (missed === undefined) return;
+    t.comment(`attempt ${i}: ${missed} (a loaded machine); again with a fresh tenant`);
+  }
+  t.fail('the timing precondition failed 5 times in a row');
+}

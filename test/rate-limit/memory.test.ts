@@ -7,7 +7,7 @@ import { ServiceError } from '../../src/errors.js';
 import { RateLimitService, type RateLimitDecision } from '../../src/rate-limit/limiter.js';
 import { ROUTE_GROUPS, type RuleName } from '../../src/rate-limit/rules.js';
 import { sleep } from '../helpers/wait.js';
-import { captureLog, expect429, memoryConfig, tenantWith, type Subject } from './fixtures.js';
+import { captureLog, expect429, memoryConfig, onTime, outcome, replay, tenantWith, type Outcome, type Subject } from './fixtures.js';
 
 const { log } = captureLog();
 const service = () => {
@@ -85,55 +85,84 @@ t.test('legacy_portal is attached to no route', async (t) => {
 
 t.test('throttle: 429 until the window admits again', async (t) => {
   const limits = service();
-  const tenant = tenantWith({ private_key: { points: 3, duration_seconds: 1 } });
-  const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'private' };
-  const windowOpened = Date.now();
-  for (let i = 0; i < 3; i++) await limits.check(s);
-  await expect429(t, limits.check(s), 3, 1);
-  await expect429(t, limits.check(s), 3, 1, 'still throttled');
-  const { decision, at, rejected } = await untilAdmitted(limits, s);
-  t.ok(at - windowOpened >= 900, `admitted ${at - windowOpened} ms after the window opened: not before its 1 s ended`);
-  t.ok(rejected.every(({ e }) => e.headers?.['Retry-After'] === '1'), 'every check until then was a 429 with Retry-After 1');
-  t.same(decision.headers, { 'RateLimit-Limit': '3', 'RateLimit-Remaining': '2', 'RateLimit-Reset': '1' }, 'new window');
+  await onTime(t, async () => {
+    const tenant = tenantWith({ private_key: { points: 3, duration_seconds: 1 } });
+    const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'private' };
+    // The window opens at the first check, after this instant.
+    const windowOpened = Date.now();
+    const burst: Outcome[] = [];
+    for (let i = 0; i < 5; i++) burst.push(await outcome(limits.check(s)));
+    const took = Date.now() - windowOpened;
+    if (took >= 1000) return `the burst of 5 checks took ${took} ms, not within the 1 s window`;
+    t.ok(burst.slice(0, 3).every((o) => 'decision' in o), 'three admitted');
+    await expect429(t, replay(burst[3]!), 3, 1);
+    await expect429(t, replay(burst[4]!), 3, 1, 'still throttled');
+    const { decision, at, rejected } = await untilAdmitted(limits, s);
+    t.ok(at - windowOpened >= 900, `admitted ${at - windowOpened} ms after the window opened: not before its 1 s ended`);
+    t.ok(rejected.every(({ e }) => e.headers?.['Retry-After'] === '1'), 'every check until then was a 429 with Retry-After 1');
+    t.same(decision.headers, { 'RateLimit-Limit': '3', 'RateLimit-Remaining': '2', 'RateLimit-Reset': '1' }, 'new window');
+    return undefined;
+  });
 });
 
 t.test('block: stays blocked for its duration after the window passed, then recovers', async (t) => {
   const limits = service();
-  const tenant = tenantWith({ public_key: { points: 2, duration_seconds: 0.5, block_seconds: 1.5 } });
-  const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'public' };
-  await limits.check(s);
-  await limits.check(s);
-  const blockedAt = Date.now();
-  await expect429(t, limits.check(s), 2, 2, 'blocked (1.5 s rounded up)');
-  // Checks during a block do not extend it (rate-limiter-flexible blocks on the first overflow).
-  const { decision, at, rejected } = await untilAdmitted(limits, s);
-  const afterWindow = rejected.filter((r) => r.at - blockedAt >= 700);
-  t.ok(afterWindow.length > 0, `still blocked ${afterWindow.length ? afterWindow.at(-1)!.at - blockedAt : '?'} ms after the block began: the 0.5 s window is long gone`);
-  t.ok(afterWindow.every(({ e }) => ['1', '2'].includes(String(e.headers?.['Retry-After']))), 'Retry-After counts down what is left of the block');
-  t.ok(at - blockedAt >= 1400, `admitted ${at - blockedAt} ms after the block began: not before its 1.5 s ended`);
-  t.equal(decision.headers['RateLimit-Remaining'], '1', 'recovered after the block');
+  await onTime(t, async () => {
+    const tenant = tenantWith({ public_key: { points: 2, duration_seconds: 0.5, block_seconds: 1.5 } });
+    const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'public' };
+    const windowOpened = Date.now();
+    const burst: Outcome[] = [];
+    for (let i = 0; i < 2; i++) burst.push(await outcome(limits.check(s)));
+    // The block begins at the third check, after this instant.
+    const blockedAt = Date.now();
+    burst.push(await outcome(limits.check(s)));
+    const took = Date.now() - windowOpened;
+    if (took >= 500) return `the burst of 3 checks took ${took} ms, not within the 0.5 s window`;
+    // One check once the window is surely over (the block began before the window ended, so
+    // 700 ms after blockedAt is at least 200 ms past it) and before the block can have ended.
+    await sleep(700 - (Date.now() - blockedAt));
+    const midAt = Date.now();
+    const mid = await outcome(limits.check(s));
+    const midDone = Date.now() - blockedAt;
+    if (midDone >= 1500) return `the check after the window came back ${midDone} ms after the block began, not within its 1.5 s`;
+    t.ok(burst.slice(0, 2).every((o) => 'decision' in o), 'two admitted');
+    await expect429(t, replay(burst[2]!), 2, 2, 'blocked (1.5 s rounded up)');
+    // Checks during a block do not extend it (rate-limiter-flexible blocks on the first overflow).
+    const stillBlocked = await expect429(t, replay(mid), 2, undefined, `still blocked ${midAt - blockedAt} ms after the block began: the 0.5 s window is long gone`);
+    t.ok(['1', '2'].includes(String(stillBlocked.headers?.['Retry-After'])), 'Retry-After counts down what is left of the block');
+    const { decision, at, rejected } = await untilAdmitted(limits, s);
+    t.ok(rejected.every(({ e }) => ['1', '2'].includes(String(e.headers?.['Retry-After']))), 'every check until then: a 429 counting down the block');
+    t.ok(at - blockedAt >= 1400, `admitted ${at - blockedAt} ms after the block began: not before its 1.5 s ended`);
+    t.equal(decision.headers['RateLimit-Remaining'], '1', 'recovered after the block');
+    return undefined;
+  });
 });
 
 t.test('a custom throttle→block and block→throttle change the behaviour', async (t) => {
   const limits = service();
-  // The block lasts 30 s: "still blocked" holds however slow the machine is, while the 0.3 s window
-  // of both rules has long passed by the time the throttle rule admits again.
-  const tenant = tenantWith({
-    private_key: { points: 1, duration_seconds: 0.3, mitigation: 'block', block_seconds: 30 },
-    public_key: { points: 1, duration_seconds: 0.3, mitigation: 'throttle' },
+  await onTime(t, async () => {
+    // The block lasts 30 s: "still blocked" holds however slow the machine is, while the 0.3 s
+    // window of both rules has long passed by the time the throttle rule admits again.
+    const tenant = tenantWith({
+      private_key: { points: 1, duration_seconds: 0.3, mitigation: 'block', block_seconds: 30 },
+      public_key: { points: 1, duration_seconds: 0.3, mitigation: 'throttle' },
+    });
+    const priv: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'a', keyKind: 'private' };
+    const pub: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'b', keyKind: 'public' };
+    const opened = Date.now();
+    const burst = [await outcome(limits.check(priv)), await outcome(limits.check(pub)), await outcome(limits.check(priv)), await outcome(limits.check(pub))];
+    const took = Date.now() - opened;
+    if (took >= 300) return `the burst of 4 checks took ${took} ms, not within the 0.3 s window`;
+    t.ok('decision' in burst[0]! && 'decision' in burst[1]!, 'one admitted each');
+    await expect429(t, replay(burst[2]!), 1);
+    await expect429(t, replay(burst[3]!), 1);
+    const admitted = await untilAdmitted(limits, pub);
+    t.ok(admitted.at - opened >= 250, `throttle rule admits in its next window (${admitted.at - opened} ms)`);
+    t.same(admitted.decision.headers, { 'RateLimit-Limit': '1', 'RateLimit-Remaining': '0', 'RateLimit-Reset': '1' }, 'a fresh window of one point');
+    const e = await expect429(t, limits.check(priv), 1, undefined, 'block rule still blocked after its window');
+    t.ok(Number(e.headers?.['Retry-After']) > 20, `Retry-After ${e.headers?.['Retry-After']} s: the 30 s block, not the 0.3 s window`);
+    return undefined;
   });
-  const priv: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'a', keyKind: 'private' };
-  const pub: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'b', keyKind: 'public' };
-  const opened = Date.now();
-  await limits.check(priv);
-  await limits.check(pub);
-  await expect429(t, limits.check(priv), 1);
-  await expect429(t, limits.check(pub), 1);
-  const admitted = await untilAdmitted(limits, pub);
-  t.ok(admitted.at - opened >= 250, `throttle rule admits in its next window (${admitted.at - opened} ms)`);
-  t.same(admitted.decision.headers, { 'RateLimit-Limit': '1', 'RateLimit-Remaining': '0', 'RateLimit-Reset': '1' }, 'a fresh window of one point');
-  const e = await expect429(t, limits.check(priv), 1, undefined, 'block rule still blocked after its window');
-  t.ok(Number(e.headers?.['Retry-After']) > 20, `Retry-After ${e.headers?.['Retry-After']} s: the 30 s block, not the 0.3 s window`);
 });
 
 t.test('every matching rule counts; the strictest decides', async (t) => {

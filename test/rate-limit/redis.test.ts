@@ -7,7 +7,7 @@ import { Redis } from 'ioredis';
 import { redisForFile } from '../helpers/redis.js';
 import { RateLimitService, RATE_LIMIT_REDIS_OPTIONS, type RateLimitConfig } from '../../src/rate-limit/limiter.js';
 import { ServiceError } from '../../src/errors.js';
-import { captureLog, expect429, rejection, sleep, tenantWith, type Subject } from './fixtures.js';
+import { captureLog, expect429, onTime, outcome, rejection, replay, sleep, tenantWith, type Subject } from './fixtures.js';
 import { waitFor } from '../helpers/wait.js';
 import { once } from 'node:events';
 
@@ -51,42 +51,80 @@ if (redis) {
     for (const r of results) if (r.status === 'rejected') t.equal((r.reason as ServiceError).code, 'rate_limited');
   });
 
+  // The three scenarios below need a few checks inside a 1 s window (and one inside a 2 s block);
+  // onTime runs one again with a fresh tenant when a stall on a loaded machine broke that, judged
+  // by the clock before anything is asserted (issue 30).
   t.test('throttle on Redis: headers, 429, recovery after the window', async (t) => {
     const a = service();
     const b = service();
-    const tenant = tenantWith({ creating_tokens: { points: 2, duration_seconds: 1 } });
-    const s: Subject = { tenant, route: 'tokenize', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'private' };
-    t.same((await a.check(s)).headers, { 'RateLimit-Limit': '2', 'RateLimit-Remaining': '1', 'RateLimit-Reset': '1' });
-    t.same((await b.check(s)).headers['RateLimit-Remaining'], '0');
-    await expect429(t, a.check(s), 2, 1);
-    await sleep(1100);
-    t.equal((await b.check(s)).headers['RateLimit-Remaining'], '1', 'next window');
+    await onTime(t, async () => {
+      const tenant = tenantWith({ creating_tokens: { points: 2, duration_seconds: 1 } });
+      const s: Subject = { tenant, route: 'tokenize', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'private' };
+      const opened = Date.now();
+      const burst = [await outcome(a.check(s))];
+      // The window began while the first check was at Redis: before firstSeen.
+      const firstSeen = Date.now();
+      burst.push(await outcome(b.check(s)), await outcome(a.check(s)));
+      const took = Date.now() - opened;
+      if (took >= 1000) return `the burst of 3 checks took ${took} ms, not within the 1 s window`;
+      t.same('decision' in burst[0]! && burst[0].decision.headers, { 'RateLimit-Limit': '2', 'RateLimit-Remaining': '1', 'RateLimit-Reset': '1' });
+      t.same('decision' in burst[1]! && burst[1].decision.headers['RateLimit-Remaining'], '0');
+      await expect429(t, replay(burst[2]!), 2, 1);
+      // 1.1 s after firstSeen the window is over however slow the checks were.
+      await sleep(1100 - (Date.now() - firstSeen));
+      t.equal((await b.check(s)).headers['RateLimit-Remaining'], '1', 'next window');
+      return undefined;
+    });
   });
 
   t.test('block on Redis: blocked on every instance for the block duration, past the window', async (t) => {
     const a = service();
     const b = service();
-    const tenant = tenantWith({ public_key: { points: 2, duration_seconds: 1, block_seconds: 2 } });
-    const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'public' };
-    await a.check(s);
-    await b.check(s);
-    const started = Date.now();
-    await expect429(t, a.check(s), 2, 2);
-    await sleep(1200);
-    await expect429(t, b.check(s), 2, 1, 'other instance, window passed, still blocked');
-    await sleep(2100 - (Date.now() - started));
-    t.equal((await a.check(s)).headers['RateLimit-Remaining'], '1', 'recovered');
+    await onTime(t, async () => {
+      const tenant = tenantWith({ public_key: { points: 2, duration_seconds: 1, block_seconds: 2 } });
+      const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'public' };
+      const opened = Date.now();
+      const burst = [await outcome(a.check(s)), await outcome(b.check(s))];
+      // The block begins while the third check is at Redis: after blockSent, before blockSeen.
+      const blockSent = Date.now();
+      burst.push(await outcome(a.check(s)));
+      const blockSeen = Date.now();
+      if (blockSeen - opened >= 1000) return `the burst of 3 checks took ${blockSeen - opened} ms, not within the 1 s window`;
+      // One check on the other instance once the window is surely over (it ended within 1 s of
+      // blockSeen) and with under 1 s of the block left (Retry-After 1), but before the block ends.
+      await sleep(1100 - (Date.now() - blockSeen));
+      const mid = await outcome(b.check(s));
+      const midDone = Date.now() - blockSent;
+      if (midDone >= 2000) return `the check after the window came back ${midDone} ms after the block began, not within its 2 s`;
+      t.ok('decision' in burst[0]! && 'decision' in burst[1]!, 'two admitted');
+      await expect429(t, replay(burst[2]!), 2, 2);
+      await expect429(t, replay(mid), 2, 1, 'other instance, window passed, still blocked');
+      // The block ended at most 2 s after blockSeen.
+      await sleep(2100 - (Date.now() - blockSeen));
+      t.equal((await a.check(s)).headers['RateLimit-Remaining'], '1', 'recovered');
+      return undefined;
+    });
   });
 
   t.test('fractional windows are rounded up to whole seconds on Redis', async (t) => {
     const a = service();
-    const tenant = tenantWith({ private_key: { points: 1, duration_seconds: 0.2 } });
-    const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
-    t.equal((await a.check(s)).headers['RateLimit-Reset'], '1');
-    await expect429(t, a.check(s), 1, 1);
-    t.ok(lines.some((l) => l.msg === 'rate-limit windows on Redis are whole seconds; rounded up' && l.rule === 'private_key'));
-    await sleep(1050);
-    await a.check(s);
+    await onTime(t, async () => {
+      const tenant = tenantWith({ private_key: { points: 1, duration_seconds: 0.2 } });
+      const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
+      const opened = Date.now();
+      const burst = [await outcome(a.check(s))];
+      const firstSeen = Date.now();
+      burst.push(await outcome(a.check(s)));
+      const took = Date.now() - opened;
+      if (took >= 1000) return `2 checks took ${took} ms, not within the 1 s window`;
+      t.equal('decision' in burst[0]! && burst[0].decision.headers['RateLimit-Reset'], '1');
+      await expect429(t, replay(burst[1]!), 1, 1);
+      t.ok(lines.some((l) => l.msg === 'rate-limit windows on Redis are whole seconds; rounded up' && l.rule === 'private_key'));
+      // The window began before firstSeen: over 1.05 s after it.
+      await sleep(1050 - (Date.now() - firstSeen));
+      await a.check(s);
+      return undefined;
+    });
   });
 
   t.test('keys: prefix, rule, tenant, digest; never a raw key', async (t) => {

@@ -95,16 +95,40 @@ t.test('a full queue answers reactor_busy (503, Retry-After)', async (t) => {
 });
 
 t.test('extra isolates are reused while warm and disposed when idle; the warm one stays', async (t) => {
-  const burst = async (): Promise<Set<string>> =>
-    new Set((await Promise.all([0, 1, 2, 3].map((i) => call('c/idle', { input: String(i), ms: OVERLAP_MS })))).map((o) => o.isolateId));
-  const first = await burst();
+  /** The isolates a burst of four overlapping calls ran on, and when its first call came back. */
+  const burst = async (): Promise<{ ids: Set<string>; firstBack: number }> => {
+    let firstBack = Infinity;
+    const outs = await Promise.all([0, 1, 2, 3].map(async (i) => {
+      const o = await call('c/idle', { input: String(i), ms: OVERLAP_MS });
+      firstBack = Math.min(firstBack, performance.now());
+      return o;
+    }));
+    return { ids: new Set(outs.map((o) => o.isolateId)), firstBack };
+  };
+  // "Immediately after" needs the second burst to reach the host before an extra has been idle
+  // for IDLE_MS. An extra went idle before its answer came back, so the time from the first answer
+  // of the first burst to sending the second bounds that idle time from above; when a loaded
+  // machine made it IDLE_MS or more, the pair of bursts runs again (issue 30), at most 3 times.
+  let first: Set<string>;
+  let again: Set<string>;
+  for (let attempt = 1; ; attempt++) {
+    const one = await burst();
+    const sentAt = performance.now();
+    const two = await burst();
+    first = one.ids;
+    again = two.ids;
+    const idleAtMost = Math.round(sentAt - one.firstBack);
+    if (idleAtMost < IDLE_MS || attempt === 3) break;
+    t.comment(`attempt ${attempt}: the second burst came ${idleAtMost} ms after the first answer, not within the ${IDLE_MS} ms idle time (a loaded machine); again`);
+  }
   t.equal(first.size, 4, 'one warm + three cold-started isolates');
-  const again = await burst();
   t.same([...again].sort(), [...first].sort(), 'immediately after, the same four serve');
-  // The event waited for is the extras' idle time passing in the host: their disposal timers are
-  // then due before the next burst reaches it (1 s of slack on top).
+  // A wait for a duration, not an event (the host reports no disposal): the extras went idle before
+  // the second burst came back, so IDLE_MS after that their disposal timers are due, and the host
+  // runs due timers before it reads the next burst's messages; load only makes the wait longer.
+  // 1 s of slack on top.
   await sleep(IDLE_MS + 1000);
-  const later = await burst();
+  const later = (await burst()).ids;
   const kept = [...later].filter((id) => first.has(id));
   t.equal(kept.length, 1, 'after the idle time only the warm isolate is left');
   t.equal(later.size, 4, 'and three new extras were cold-started for the burst');

@@ -125,6 +125,9 @@ function backgroundClient(): { stop(): Promise<{ ok: number; unavailable: number
   };
 }
 
+/** The bombs whose call took the host down in this run (reactor_unavailable, host replaced). */
+const tookHostDown: string[] = [];
+
 t.test('bombs end in an error for their own call; the runtime keeps serving', async (t) => {
   for (const [name, , codes] of bombs) {
     const client = backgroundClient();
@@ -139,8 +142,10 @@ t.test('bombs end in an error for their own call; the runtime keeps serving', as
     const tally = await client.stop();
     t.same(tally.wrong, [], `${name}: the other client only ever got right answers or 503`);
     t.ok(tally.ok > 0, `${name}: the other client was served (${tally.ok} ok, ${tally.unavailable} × 503)`);
-    if (err.code === 'reactor_unavailable') t.not(runtime.hostPid, pidBefore, `${name}: the host was replaced`);
-    else t.equal(runtime.hostPid, pidBefore, `${name}: the host survived`);
+    if (err.code === 'reactor_unavailable') {
+      t.not(runtime.hostPid, pidBefore, `${name}: the host was replaced`);
+      tookHostDown.push(name);
+    } else t.equal(runtime.hostPid, pidBefore, `${name}: the host survived`);
   }
 });
 
@@ -152,10 +157,16 @@ t.test('escape attempts throw inside the sandbox', async (t) => {
   t.same(await runtime.invoke('h/normal', { args: { n: 1 } }), { raw: { double: 2 } });
 });
 
+// Whether a heap bomb takes the host down is isolated-vm's choice (see above), so a run may have no
+// restart at all: then the log must hold none; when this run did restart the host, every restart
+// is logged, naming the reactor that caused it (issue 30: the check used to need a crash that
+// happens only sometimes).
 t.test('the host restarts are in the log, with the reactor that caused them', async (t) => {
   const entries = cap.entries();
   const catastrophic = entries.filter((e) => typeof e.msg === 'string' && e.msg.startsWith('catastrophic isolate error'));
-  t.ok(catastrophic.length >= 1, 'catastrophic errors are reported');
-  t.ok(catastrophic.every((e) => typeof e.reactor === 'string' && e.reactor.startsWith('h/')), 'naming the reactor');
-  t.ok(entries.some((e) => e.msg === 'reactor host restarted'));
+  const restarted = entries.filter((e) => e.msg === 'reactor host restarted');
+  t.comment(`this run: ${tookHostDown.length} host restart(s)${tookHostDown.length ? ` (${tookHostDown.join(', ')})` : ''}`);
+  t.same(catastrophic.map((e) => e.reactor), tookHostDown.map((name) => `h/${name}`), 'one catastrophic error per host taken down, naming its reactor, in order');
+  t.equal(restarted.length, tookHostDown.length, 'one "reactor host restarted" per host taken down');
+  t.ok(restarted.every((e) => typeof e.reactorHost === 'number'), 'each names the new host');
 });

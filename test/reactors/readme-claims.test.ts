@@ -18,7 +18,7 @@ t.before(() =>
     reactor('r/console', fn(`for (let i = 0; i < req.args.lines; i++) console.log(i === 0 ? 'y'.repeat(req.args.chars) : 'line ' + i); return null;`)),
     // Blocks its isolate for args.hold ms without burning CPU.
     reactor('r/queue', fn(`Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, req.args.hold); return { raw: req.args.name };`), {
-      timeout_ms: 600,
+      timeout_ms: 1500,
       max_concurrency: 1,
       queue_limit: 10,
     }),
@@ -39,17 +39,21 @@ t.test('console: at most 100 lines per call, each cut to 2,048 characters', asyn
 });
 
 t.test('a queued call waits at most its timeout_ms, then gets reactor_busy', async (t) => {
+  // Timeout 1.5 s. a holds 0.5 s; b waits for a (0.5 s, 1 s under its timeout) and then holds 1.1 s
+  // (0.4 s under its own timeout, which starts again when it runs); c waits for both, at least
+  // 1.6 s: reactor_busy. Load can only make c's wait longer; the margins are for a and b (issue 30:
+  // with 400 ms holds and a 600 ms timeout, b had 200 ms to spare).
   const started = Date.now();
   const [a, b, c] = await Promise.allSettled(
-    ['a', 'b', 'c'].map((name) => runtime.invoke('r/queue', { args: { hold: 400, name } })),
+    ([['a', 500], ['b', 1100], ['c', 100]] as const).map(([name, hold]) => runtime.invoke('r/queue', { args: { hold, name } })),
   );
   t.match(a, { status: 'fulfilled', value: { raw: 'a' } }, 'the running call');
-  t.match(b, { status: 'fulfilled', value: { raw: 'b' } }, 'queued, served after 400 ms');
-  t.equal(c?.status, 'rejected', 'queued behind 800 ms of work with a 600 ms timeout');
+  t.match(b, { status: 'fulfilled', value: { raw: 'b' } }, 'queued, served after 500 ms');
+  t.equal(c?.status, 'rejected', 'queued behind 1.6 s of work with a 1.5 s timeout');
   if (c?.status === 'rejected') {
     t.match(c.reason, { code: 'reactor_busy', status: 503 });
   }
-  t.ok(Date.now() - started >= 750, 'b ran to its end');
+  t.ok(Date.now() - started >= 1550, 'b ran to its end');
 });
 
 t.test('globals set by one call are gone by the next on the same warm isolate', async (t) => {

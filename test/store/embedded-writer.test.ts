@@ -14,6 +14,7 @@ import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
 import { makeRecord, TENANT_A } from './contract.js';
 import { EmbeddedStore } from '../../src/store/embedded.js';
+import { waitFor } from '../helpers/wait.js';
 import { DuplicateTokenError, StoreUnavailableError, type StoredToken } from '../../src/store/types.js';
 
 function dbPath(t: Test): string {
@@ -119,8 +120,12 @@ t.test('the writer dies mid-write: writes in flight reject, the next write start
   lock.exec('BEGIN IMMEDIATE');
   const a = makeRecord();
   const b = makeRecord();
+  const idleBefore = first.performance.eventLoopUtilization();
   const inFlight = [caught(store.insertMany([a])), caught(store.insertMany([b])), caught(store.delete(TENANT_A, 'x'))];
-  await delay(100);
+  // Waits until the writer is stuck in its transaction: its event loop has been busy (inside the
+  // synchronous wait for the lock) for 200 ms since the writes were sent, where a write takes a
+  // few ms (issue 30: a fixed 100 ms sleep assumed the writes had reached it).
+  await waitFor(() => first.performance.eventLoopUtilization(idleBefore).active >= 200, { timeoutMs: 4000, intervalMs: 10, what: 'the writer blocked on the lock inside its transaction' });
   const terminated = first.terminate();
   lock.exec('ROLLBACK');
   await terminated;
