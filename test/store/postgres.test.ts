@@ -1,0 +1,73 @@
+/**
+ * PostgresStore (issue 24) on a real PostgreSQL: the store contract (tokens, idempotency, audit),
+ * the schema created once by many instances starting at once, a newer schema refused, the factory,
+ * and a database that does not answer failing fast.
+ */
+import t from 'tap';
+import type { Test } from 'tap';
+import pg from 'pg';
+import { postgresForFile, type PostgresServer } from '../helpers/postgres.js';
+import { runContract, makeRecord, TENANT_A } from './contract.js';
+import { PostgresStore, SchemaTooNewError, SCHEMA_VERSION } from '../../src/store/postgres/index.js';
+import { createStore } from '../../src/store/factory.js';
+import { StoreUnavailableError } from '../../src/store/types.js';
+
+const server = await postgresForFile(t);
+if (server) {
+  const open = async (t: Test, url?: string): Promise<PostgresStore> => {
+    const store = await PostgresStore.connect({ url: url ?? (await server.database(t)).url });
+    t.teardown(() => store.close());
+    return store;
+  };
+
+  runContract(t, (t) => open(t));
+
+  registerSchemaTests(t, server, open);
+
+  t.test('factory builds a connected PostgreSQL store', async (t) => {
+    const db = await server.database(t);
+    const store = await createStore({ kind: 'postgres', path: '', key_prefix: '', url: db.url, pool_size: 2 });
+    t.teardown(() => store.close());
+    t.equal(store.kind, 'postgres');
+    await store.ping();
+    const r = makeRecord();
+    await store.insertMany([r]);
+    t.same(await store.get(TENANT_A, r.id), r);
+  });
+
+  t.test('connecting to nothing fails fast with StoreUnavailableError, naming no secret', async (t) => {
+    const started = Date.now();
+    const err = await PostgresStore.connect({ url: 'postgres://tp:s3cretpw@127.0.0.1:1/x' }).then(() => null, (e: unknown) => e);
+    t.ok(err instanceof StoreUnavailableError, 'StoreUnavailableError');
+    t.notMatch(err instanceof Error ? err.message : '', /s3cretpw/, 'no password in the message');
+    t.ok(Date.now() - started < 6000, `failed in ${Date.now() - started} ms`);
+  });
+}
+
+function registerSchemaTests(t: Test, server: PostgresServer, open: (t: Test, url?: string) => Promise<PostgresStore>): void {
+  t.test('many instances starting at once create the schema once', async (t) => {
+    const db = await server.database(t);
+    const stores = await Promise.all(Array.from({ length: 8 }, () => open(t, db.url)));
+    const client = new pg.Client(db.url);
+    await client.connect();
+    t.teardown(() => client.end());
+    const v = await client.query('SELECT version FROM tokenproxy.schema_version');
+    t.same(v.rows, [{ version: SCHEMA_VERSION }], 'one version row');
+    const r = makeRecord();
+    await stores[0]!.insertMany([r]);
+    t.same(await stores[7]!.get(TENANT_A, r.id), r, 'every instance sees the same tables');
+  });
+
+  t.test('a schema newer than the code: refused, naming both versions', async (t) => {
+    const db = await server.database(t);
+    await open(t, db.url);
+    const client = new pg.Client(db.url);
+    await client.connect();
+    t.teardown(() => client.end());
+    await client.query('UPDATE tokenproxy.schema_version SET version = $1', [SCHEMA_VERSION + 1]);
+    const err = await PostgresStore.connect({ url: db.url }).then(() => null, (e: unknown) => e);
+    t.ok(err instanceof SchemaTooNewError, 'SchemaTooNewError');
+    t.equal(err instanceof SchemaTooNewError && err.code, 'store_schema_too_new');
+    t.match(err instanceof Error ? err.message : '', new RegExp(`version ${SCHEMA_VERSION + 1}.*version ${SCHEMA_VERSION}`));
+  });
+}
