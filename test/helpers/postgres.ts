@@ -8,7 +8,7 @@
  * Either way every `database()` is a fresh database with a random name, dropped on teardown.
  * TOKENPROXY_REQUIRE_POSTGRES=1 (set by .ci/run): a missing PostgreSQL fails instead of skipping.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -89,6 +89,20 @@ function runPg(bin: string, args: string[]): void {
   if (r.status !== 0) throw new Error(`${args.join(' ')} failed (${r.status}): ${r.stderr || r.stdout}`);
 }
 
+/** runPg without blocking the event loop (a service under test in this process keeps serving meanwhile). */
+function runPgAsync(bin: string, args: string[]): Promise<void> {
+  const cmd = bin === '' ? args[0]! : join(bin, args[0]!);
+  const asRoot = process.getuid?.() === 0;
+  const child = asRoot ? spawn('runuser', ['-u', 'postgres', '--', cmd, ...args.slice(1)]) : spawn(cmd, args.slice(1));
+  let output = '';
+  child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+  return new Promise((resolve, reject) => {
+    child.on('error', reject);
+    child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`${args.join(' ')} failed (${code}): ${output}`))));
+  });
+}
+
 /** `own`: start a cluster even when TOKENPROXY_TEST_PG_URL is set (one this helper can kill and restart). */
 export async function startPostgres(opts: { own?: boolean } = {}): Promise<PostgresServer> {
   const given = process.env.TOKENPROXY_TEST_PG_URL;
@@ -113,13 +127,13 @@ export async function startPostgres(opts: { own?: boolean } = {}): Promise<Postg
   const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on -c max_connections=200`;
   let running = false;
   const launch = async () => {
-    runPg(bin, ['pg_ctl', '-D', data, '-l', join(dir, 'server.log'), '-w', '-t', '60', '-o', options, 'start']);
+    await runPgAsync(bin, ['pg_ctl', '-D', data, '-l', join(dir, 'server.log'), '-w', '-t', '60', '-o', options, 'start']);
     running = true;
   };
   const halt = async (mode: 'immediate' | 'fast') => {
     if (!running) return;
     running = false;
-    runPg(bin, ['pg_ctl', '-D', data, '-w', '-m', mode, 'stop']);
+    await runPgAsync(bin, ['pg_ctl', '-D', data, '-w', '-m', mode, 'stop']);
   };
   await launch();
   const adminUrl = `postgres://postgres@127.0.0.1:${port}/postgres`;
