@@ -94,7 +94,7 @@ export function buildConfig(raw: unknown, opts: { source?: string | null; env?: 
   if (env.HOST) cfg.server.host = env.HOST;
   // PostgreSQL's password from the environment (issue 24), as TOKENPROXY_MASTER_KEY: it wins over
   // store.password and a password in store.url. Set but empty is a missing secret, not "none".
-  const pgPassword = env[STORE_PASSWORD_ENV];
+  const pgPassword = env.TOKENPROXY_STORE_PASSWORD;
   if (cfg.store.kind === 'postgres' && pgPassword !== undefined) {
     if (pgPassword === '') throw new ConfigError([`${STORE_PASSWORD_ENV}: set but empty`]);
     cfg.store.password = pgPassword;
