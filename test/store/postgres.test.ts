@@ -11,6 +11,7 @@ import { runContract, makeRecord, TENANT_A } from './contract.js';
 import { PostgresStore, SchemaTooNewError, SCHEMA_VERSION } from '../../src/store/postgres/index.js';
 import { createStore } from '../../src/store/factory.js';
 import { StoreUnavailableError } from '../../src/store/types.js';
+import { AUDIT_TENANT, auditInput, checkChain, SIGN } from './audit-contract.js';
 
 const server = await postgresForFile(t);
 if (server) {
@@ -23,6 +24,22 @@ if (server) {
   runContract(t, (t) => open(t));
 
   registerSchemaTests(t, server, open);
+
+  t.test('four instances on one database: concurrent audit appends form one chain, concurrent identical creates leave one token', async (t) => {
+    const db = await server.database(t);
+    const stores = await Promise.all(Array.from({ length: 4 }, () => open(t, db.url)));
+    // Each instance batches its own appends per tenant; across instances only the head row lock
+    // orders them. The tenant's first append races too (its head row does not exist yet).
+    const n = 80;
+    const appended = await Promise.all(Array.from({ length: n }, (_, i) => stores[i % 4]!.appendAudit(AUDIT_TENANT, [auditInput({ request_id: `r${i}` })], SIGN)));
+    t.same(appended.flat().map((e) => e.seq).sort((a, b) => a - b), Array.from({ length: n }, (_, i) => i + 1), 'every seq once');
+    t.same(await checkChain(stores[0]!, AUDIT_TENANT), { ok: true, events: n, unanchored: false }, 'one chain, anchored head');
+    const results = await Promise.all(Array.from({ length: 24 }, (_, i) => stores[i % 4]!.insertMany([makeRecord({ fingerprint: 'race' })], { dedupe: [true] })));
+    t.equal(results.filter((r) => r[0] === null).length, 1, 'one insert wrote');
+    const stored = (await stores[1]!.list(TENANT_A, { fingerprint: 'race' }, { size: 100, after: null })).items.map((r) => r.id);
+    t.equal(stored.length, 1, 'one token');
+    t.same(new Set(results.map((r) => r[0]?.id ?? stored[0])), new Set(stored), 'every other insert got that token');
+  });
 
   t.test('factory builds a connected PostgreSQL store', async (t) => {
     const db = await server.database(t);
