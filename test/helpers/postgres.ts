@@ -68,11 +68,19 @@ async function admin<T>(adminUrl: string, fn: (c: pg.Client) => Promise<T>): Pro
   }
 }
 
-function databases(adminUrl: string): PostgresServer['database'] {
+/**
+ * DROP DATABASE waits for a checkpoint (about a second here): a test's teardown starts the drop and
+ * goes on; the server's stop() waits for every drop still running (`pending`).
+ */
+function databases(adminUrl: string, pending: Set<Promise<unknown>>): PostgresServer['database'] {
   return async (t) => {
     const name = `tp_${randomBytes(6).toString('hex')}`;
     await admin(adminUrl, (c) => c.query(`CREATE DATABASE ${name}`));
-    t.teardown(() => admin(adminUrl, (c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).catch(() => {}));
+    t.teardown(() => {
+      const drop = admin(adminUrl, (c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).catch(() => {});
+      pending.add(drop);
+      void drop.finally(() => pending.delete(drop));
+    });
     const url = new URL(adminUrl);
     url.pathname = `/${name}`;
     return { url: url.toString(), name };
@@ -110,7 +118,13 @@ export async function startPostgres(opts: { own?: boolean } = {}): Promise<Postg
     const unsupported = async () => {
       throw new Error('kill/restart need a cluster started by the helper (unset TOKENPROXY_TEST_PG_URL)');
     };
-    return { adminUrl: given, dataDir: null, database: databases(given), kill: unsupported, restart: unsupported, stop: async () => {} };
+    const pending = new Set<Promise<unknown>>();
+    return {
+      adminUrl: given, dataDir: null, database: databases(given, pending), kill: unsupported, restart: unsupported,
+      stop: async () => {
+        await Promise.all([...pending]);
+      },
+    };
   }
   const bin = binDir();
   if (bin === null) throw new Error('initdb / pg_ctl not found');
@@ -137,13 +151,15 @@ export async function startPostgres(opts: { own?: boolean } = {}): Promise<Postg
   };
   await launch();
   const adminUrl = `postgres://postgres@127.0.0.1:${port}/postgres`;
+  const pending = new Set<Promise<unknown>>();
   return {
     adminUrl,
     dataDir: data,
-    database: databases(adminUrl),
+    database: databases(adminUrl, pending),
     kill: () => halt('immediate'),
     restart: launch,
     stop: async () => {
+      await Promise.all([...pending]);
       await halt('fast').catch(() => halt('immediate'));
       rmSync(dir, { recursive: true, force: true });
     },

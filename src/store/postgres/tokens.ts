@@ -133,10 +133,13 @@ export class PostgresTokens {
     for (let attempt = 0; attempt < 10; attempt++) {
       const hit = await this.#oldestLive(c, r);
       if (hit) return hit;
-      // No live token: a slot holder is expired (or deleted meanwhile) and gives the slot up.
+      // No live token: an expired slot holder gives the slot up. Only an expired one: this
+      // statement sees what committed since the read above (READ COMMITTED), and a live holder
+      // committed meanwhile by a concurrent insert keeps its slot (the insert below then finds it).
       await c.query(
-        `UPDATE ${T} SET dedupe_slot = false WHERE tenant_id = $1 AND type = $2 AND container = $3 AND fingerprint = $4 AND dedupe_slot`,
-        [r.tenant_id, r.type, r.container, r.fingerprint],
+        `UPDATE ${T} SET dedupe_slot = false WHERE tenant_id = $1 AND type = $2 AND container = $3 AND fingerprint = $4 AND dedupe_slot
+         AND expires_ms <= $5`,
+        [r.tenant_id, r.type, r.container, r.fingerprint, Date.now()],
       );
       // Waits on the unique index for a concurrent insert of the same slot; when that one
       // commits, nothing is written here and the next round returns its token.
