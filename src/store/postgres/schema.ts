@@ -21,6 +21,15 @@ export const SCHEMA_VERSION = 1;
 /** Any bigint: what pg_advisory_lock serializes start-ups on (0x746f6b656e70726f, "tokenpro" in ASCII). */
 const MIGRATION_LOCK = '8390042714203255407';
 
+/** How long a start-up waits for the migration lock, and a migration may run. */
+const MIGRATION_TIMEOUT_MS = 600_000;
+
+/** A statement with pg's per-query query_timeout (client.js reads it; @types/pg does not list it). */
+function slow(text: string): pg.QueryConfig {
+  const config: pg.QueryConfig & { query_timeout: number } = { text, query_timeout: MIGRATION_TIMEOUT_MS };
+  return config;
+}
+
 /** Migration to version N is MIGRATIONS[N - 1]. */
 const MIGRATIONS: readonly string[] = [
   `
@@ -88,9 +97,10 @@ export async function ensureSchema(pool: pg.Pool): Promise<number> {
   client.on('error', onError);
   let failed: Error | undefined;
   try {
-    // Migrations may take longer than one request's statement timeout.
+    // Waiting for another instance's migration, and a migration itself, may take longer than one
+    // request's timeouts (the server's statement_timeout, pg's client-side query_timeout).
     await client.query('SET statement_timeout = 0');
-    await client.query(`SELECT pg_advisory_lock(${MIGRATION_LOCK})`);
+    await client.query(slow(`SELECT pg_advisory_lock(${MIGRATION_LOCK})`));
     try {
       await client.query('CREATE SCHEMA IF NOT EXISTS tokenproxy');
       await client.query('CREATE TABLE IF NOT EXISTS tokenproxy.schema_version (one boolean PRIMARY KEY DEFAULT true CHECK (one), version integer NOT NULL)');
@@ -99,7 +109,7 @@ export async function ensureSchema(pool: pg.Pool): Promise<number> {
       if (found < SCHEMA_VERSION) {
         await client.query('BEGIN');
         try {
-          for (let v = found; v < SCHEMA_VERSION; v++) await client.query(MIGRATIONS[v]!);
+          for (let v = found; v < SCHEMA_VERSION; v++) await client.query(slow(MIGRATIONS[v]!));
           await client.query(
             'INSERT INTO tokenproxy.schema_version (version) VALUES ($1) ON CONFLICT (one) DO UPDATE SET version = excluded.version',
             [SCHEMA_VERSION],
