@@ -25,7 +25,7 @@ export const CONFIG_DESCRIPTIONS: Record<string, string> = {
   'server.lingering_max_bytes': 'The same bound in bytes discarded; absent: twice `body_limit_bytes`.',
   'store.kind': '`embedded`: SQLite file, one instance. `redis`: shared by many instances (needs `appendonly yes`, `appendfsync always`). `postgres`: a PostgreSQL database shared by many instances (README "PostgreSQL store").',
   'store.path': 'Embedded: the SQLite database file, created with its directory (relative to the working directory).',
-  'store.url': 'Redis, one node: the server URL (`redis://`, `rediss://` for TLS, credentials in the URL); absent with neither `cluster` nor `sentinel`: `redis://127.0.0.1:6379`. PostgreSQL (required): `postgres://user@host:port/database`, `?sslmode=` (`disable`, `require`, `verify-ca`, `verify-full`) honoured.',
+  'store.url': 'Redis, one node: the server URL (`redis://`, `rediss://` for TLS, credentials in the URL); absent with neither `cluster` nor `sentinel`: `redis://127.0.0.1:6379`. PostgreSQL (required): `postgres://user@host:port/database`; `?sslmode=verify-full` (and `sslrootcert=`) as node-postgres reads them (README "PostgreSQL store").',
   'store.key_prefix': 'Redis: every key starts with this; on a Cluster it must not contain `{` or `}` (each tenant\'s keys carry the tenant as their hash tag).',
   'store.wait_replicas': 'Redis: after each write, `WAIT` for this many replicas to acknowledge it; fewer within `wait_timeout_ms`: `503 store_unavailable` (the write did happen on the primary: retry with the same `SVC-IDEMPOTENCY-KEY`). 0: do not wait.',
   'store.wait_timeout_ms': 'Redis: how long a write waits for `wait_replicas` acknowledgements.',
