@@ -9,7 +9,7 @@
  * TOKENPROXY_REQUIRE_POSTGRES=1 (set by .ci/run): a missing PostgreSQL fails instead of skipping.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -27,6 +27,8 @@ export interface PostgresServer {
   adminUrl: string;
   /** The cluster's data directory (null for a server given by TOKENPROXY_TEST_PG_URL). */
   dataDir: string | null;
+  /** A cluster started here checks passwords on TCP (scram-sha-256); the URLs carry it. False for a given server (its own rules). */
+  checksPasswords: boolean;
   /** A fresh database for `t`, dropped on its teardown. */
   database(t: { teardown(fn: () => unknown): void }): Promise<PostgresDatabase>;
   /** `pg_ctl stop -m immediate` (only for clusters this helper started): no shutdown checkpoint, as a crash. */
@@ -120,7 +122,7 @@ export async function startPostgres(opts: { own?: boolean } = {}): Promise<Postg
     };
     const pending = new Set<Promise<unknown>>();
     return {
-      adminUrl: given, dataDir: null, database: databases(given, pending), kill: unsupported, restart: unsupported,
+      adminUrl: given, dataDir: null, checksPasswords: false, database: databases(given, pending), kill: unsupported, restart: unsupported,
       stop: async () => {
         await Promise.all([...pending]);
       },
@@ -136,8 +138,15 @@ export async function startPostgres(opts: { own?: boolean } = {}): Promise<Postg
   }
   const data = join(dir, 'data');
   const port = await freePort();
+  // TCP connections need the password (scram-sha-256), so a test can show the store sends the one
+  // it is given; the unix socket stays trust for pg_ctl.
+  const password = randomBytes(12).toString('hex');
+  const pwfile = join(dir, 'pw');
+  writeFileSync(pwfile, `${password}\n`, { mode: 0o600 });
+  if (process.getuid?.() === 0) chownSync(pwfile, statSync(dir).uid, statSync(dir).gid);
   // fsync on (initdb syncs its files; the server's fsync defaults to on and is set explicitly).
-  runPg(bin, ['initdb', '-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--no-locale']);
+  runPg(bin, ['initdb', '-D', data, '-U', 'postgres', '--auth-local=trust', '--auth-host=scram-sha-256', `--pwfile=${pwfile}`, '-E', 'UTF8', '--no-locale']);
+  rmSync(pwfile);
   const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on -c max_connections=200`;
   let running = false;
   const launch = async () => {
@@ -150,11 +159,12 @@ export async function startPostgres(opts: { own?: boolean } = {}): Promise<Postg
     await runPgAsync(bin, ['pg_ctl', '-D', data, '-w', '-m', mode, 'stop']);
   };
   await launch();
-  const adminUrl = `postgres://postgres@127.0.0.1:${port}/postgres`;
+  const adminUrl = `postgres://postgres:${password}@127.0.0.1:${port}/postgres`;
   const pending = new Set<Promise<unknown>>();
   return {
     adminUrl,
     dataDir: data,
+    checksPasswords: true,
     database: databases(adminUrl, pending),
     kill: () => halt('immediate'),
     restart: launch,

@@ -8,15 +8,19 @@ import type { Test } from 'tap';
 import pg from 'pg';
 import { postgresForFile, type PostgresServer } from '../helpers/postgres.js';
 import { runContract, makeRecord, TENANT_A } from './contract.js';
-import { PostgresStore, SchemaTooNewError, SCHEMA_VERSION } from '../../src/store/postgres/index.js';
+import { PostgresStore, SchemaTooNewError, SCHEMA_VERSION, type PostgresStoreOptions } from '../../src/store/postgres/index.js';
 import { createStore } from '../../src/store/factory.js';
+import { buildConfig } from '../../src/config/load.js';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { StoreUnavailableError } from '../../src/store/types.js';
 import { AUDIT_TENANT, auditInput, checkChain, SIGN } from './audit-contract.js';
 
 const server = await postgresForFile(t);
 if (server) {
-  const open = async (t: Test, url?: string): Promise<PostgresStore> => {
-    const store = await PostgresStore.connect({ url: url ?? (await server.database(t)).url });
+  const open = async (t: Test, url?: string, opts?: PostgresStoreOptions): Promise<PostgresStore> => {
+    const store = await PostgresStore.connect(opts ?? { url: url ?? (await server.database(t)).url });
     t.teardown(() => store.close());
     return store;
   };
@@ -50,6 +54,30 @@ if (server) {
     const r = makeRecord();
     await store.insertMany([r]);
     t.same(await store.get(TENANT_A, r.id), r);
+  });
+
+  t.test('the password: from store.password, a { file }, or TOKENPROXY_STORE_PASSWORD, never in a message', { skip: server.checksPasswords ? false : 'the server given by TOKENPROXY_TEST_PG_URL may not check passwords' }, async (t) => {
+    const db = new URL((await server.database(t)).url);
+    const password = decodeURIComponent(db.password);
+    db.password = '';
+    const bare = db.toString();
+    const wrong = await PostgresStore.connect({ url: bare, password: 'not-the-password' }).then(() => null, (e: unknown) => e);
+    t.ok(wrong instanceof StoreUnavailableError, 'a wrong password: StoreUnavailableError');
+    t.match(wrong instanceof Error ? wrong.message : '', /\(28P01\)/, 'naming the SQLSTATE (invalid_password)');
+    t.notMatch(wrong instanceof Error ? wrong.message : '', /not-the-password/);
+    const direct = await open(t, undefined, { url: bare, password });
+    await direct.ping();
+    t.pass('store.password as a string');
+    const dir = mkdtempSync(join(tmpdir(), 'tp-pgpw-'));
+    t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+    writeFileSync(join(dir, 'pw'), `${password}\n`);
+    await (await open(t, undefined, { url: bare, password: { file: join(dir, 'pw') } })).ping();
+    t.pass('store.password as { file } (trailing newline dropped)');
+    const config = buildConfig({ store: { kind: 'postgres', url: bare, password: 'not-the-password' } }, { env: { TOKENPROXY_STORE_PASSWORD: password } });
+    const fromEnv = await createStore(config.store);
+    t.teardown(() => fromEnv.close());
+    await fromEnv.ping();
+    t.pass('TOKENPROXY_STORE_PASSWORD wins over store.password');
   });
 
   t.test('connecting to nothing fails fast with StoreUnavailableError, naming no secret', async (t) => {

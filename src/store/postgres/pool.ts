@@ -13,6 +13,7 @@
  * (a key in a unique violation), so they never reach a message.
  */
 import pg from 'pg';
+import { parseIntoClientConfig } from 'pg-connection-string';
 import { readFileSync } from 'node:fs';
 import type { Logger } from '../../log.js';
 import { DuplicateTokenError, StoreUnavailableError } from '../types.js';
@@ -46,8 +47,16 @@ function readPassword(ref: SecretRef | undefined): string | undefined {
 export function createPool(opts: PostgresPoolOptions): pg.Pool {
   const queryTimeout = opts.queryTimeoutMs ?? 5000;
   const password = readPassword(opts.password);
+  // Parsed here, not passed as connectionString: pg merges a connectionString's fields over the
+  // explicit ones (lib/connection-parameters.js), so a given password would lose to the URL's (none).
+  let parsed: pg.ClientConfig;
+  try {
+    parsed = parseIntoClientConfig(opts.url);
+  } catch {
+    throw new StoreUnavailableError('store.url is not a PostgreSQL connection URL');
+  }
   const pool = new pg.Pool({
-    connectionString: opts.url,
+    ...parsed,
     ...(password !== undefined ? { password } : {}),
     max: opts.poolSize ?? 10,
     connectionTimeoutMillis: opts.connectTimeoutMs ?? 2000,
