@@ -27,7 +27,7 @@ export interface PostgresServer {
   adminUrl: string;
   /** The cluster's data directory (null for a server given by TOKENPROXY_TEST_PG_URL). */
   dataDir: string | null;
-  /** A cluster started here checks passwords on TCP (scram-sha-256); the URLs carry it. False for a given server (its own rules). */
+  /** Whether a wrong password is refused: a cluster started here requires scram-sha-256 on TCP (the URLs carry the password); a given server is probed. */
   checksPasswords: boolean;
   /** A fresh database for `t`, dropped on its teardown. */
   database(t: { teardown(fn: () => unknown): void }): Promise<PostgresDatabase>;
@@ -121,8 +121,12 @@ export async function startPostgres(opts: { own?: boolean } = {}): Promise<Postg
       throw new Error('kill/restart need a cluster started by the helper (unset TOKENPROXY_TEST_PG_URL)');
     };
     const pending = new Set<Promise<unknown>>();
+    // Whether the server checks passwords: a wrong one is refused (28P01) or let in (trust).
+    const wrong = new URL(given);
+    wrong.password = 'not-the-password';
+    const checksPasswords = await admin(wrong.toString(), async () => false).catch((err: unknown) => (err as { code?: string }).code === '28P01');
     return {
-      adminUrl: given, dataDir: null, checksPasswords: false, database: databases(given, pending), kill: unsupported, restart: unsupported,
+      adminUrl: given, dataDir: null, checksPasswords, database: databases(given, pending), kill: unsupported, restart: unsupported,
       stop: async () => {
         await Promise.all([...pending]);
       },

@@ -56,7 +56,7 @@ if (server) {
     t.same(await store.get(TENANT_A, r.id), r);
   });
 
-  t.test('the password: from store.password, a { file }, or TOKENPROXY_STORE_PASSWORD, never in a message', { skip: server.checksPasswords ? false : 'the server given by TOKENPROXY_TEST_PG_URL may not check passwords' }, async (t) => {
+  t.test('the password: from store.password, a { file }, or TOKENPROXY_STORE_PASSWORD, never in a message', { skip: server.checksPasswords ? false : 'the server given by TOKENPROXY_TEST_PG_URL lets a wrong password in (trust)' }, async (t) => {
     const db = new URL((await server.database(t)).url);
     const password = decodeURIComponent(db.password);
     db.password = '';
