@@ -51,6 +51,10 @@ if (server) {
     t.teardown(() => store.close());
     t.equal(store.kind, 'postgres');
     await store.ping();
+    // A statement, a lock wait and an idle transaction are bounded on the server too (pool.ts).
+    const pool = (store as PostgresStore).pool;
+    const setting = async (name: string) => Object.values((await pool.query(`SHOW ${name}`)).rows[0] as Record<string, string>)[0];
+    t.same([await setting('statement_timeout'), await setting('lock_timeout'), await setting('idle_in_transaction_session_timeout')], ['5s', '5s', '10s']);
     const r = makeRecord();
     await store.insertMany([r]);
     t.same(await store.get(TENANT_A, r.id), r);
