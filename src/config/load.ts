@@ -17,6 +17,8 @@ import { configSchema, PUBLIC_PERMISSIONS, TYPE_ONLY_PERMISSIONS, type Config } 
 export { MAX_CODE_LENGTH };
 
 export const DEFAULT_CONFIG_PATH = 'config/tokenproxy.yaml';
+/** The PostgreSQL store's password, when set (issue 24; README "PostgreSQL store"). */
+export const STORE_PASSWORD_ENV = 'TOKENPROXY_STORE_PASSWORD';
 
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {
@@ -90,6 +92,13 @@ export function buildConfig(raw: unknown, opts: { source?: string | null; env?: 
     cfg.server.port = port;
   }
   if (env.HOST) cfg.server.host = env.HOST;
+  // PostgreSQL's password from the environment (issue 24), as TOKENPROXY_MASTER_KEY: it wins over
+  // store.password and a password in store.url. Set but empty is a missing secret, not "none".
+  const pgPassword = env.TOKENPROXY_STORE_PASSWORD;
+  if (cfg.store.kind === 'postgres' && pgPassword !== undefined) {
+    if (pgPassword === '') throw new ConfigError([`${STORE_PASSWORD_ENV}: set but empty`]);
+    cfg.store.password = pgPassword;
+  }
 
   const source = opts.source ?? null;
   const baseDir = opts.baseDir ?? (source ? dirname(source) : process.cwd());
@@ -110,7 +119,7 @@ function checkReferences(cfg: Config): string[] {
   if (cfg.rate_limits.enabled && cfg.rate_limits.store === 'redis' && !cfg.rate_limits.url && !cfg.rate_limits.cluster && !cfg.rate_limits.sentinel) {
     problems.push('rate_limits.url: required (or cluster or sentinel) when rate_limits.store is redis');
   }
-  problems.push(...redisProblems('store', cfg.store), ...redisProblems('rate_limits', cfg.rate_limits));
+  problems.push(...(cfg.store.kind === 'postgres' ? postgresProblems(cfg.store) : redisProblems('store', cfg.store)), ...redisProblems('rate_limits', cfg.rate_limits));
   // Two listeners on one port fail at start with "address in use"; say why before that.
   if (cfg.metrics.enabled && cfg.metrics.port !== undefined && cfg.metrics.port !== 0 && cfg.metrics.port === cfg.server.port
     && (cfg.metrics.host ?? cfg.server.host) === cfg.server.host) {
@@ -166,6 +175,15 @@ function redisProblems(at: string, r: Config['store'] | Config['rate_limits']): 
   if (r.cluster && /[{}]/.test(r.key_prefix)) {
     problems.push(`${at}.key_prefix: must not contain { or } on a Redis Cluster (the keys carry the tenant as their hash tag, which the first {…} would replace)`);
   }
+  return problems;
+}
+
+/** The PostgreSQL store's settings (issue 24); the URL itself is never echoed (it may hold a password). */
+function postgresProblems(store: Config['store']): string[] {
+  const problems: string[] = [];
+  if (store.url === undefined) problems.push('store.url: required when store.kind is postgres (postgres://user@host:port/database)');
+  else if (!/^postgres(ql)?:\/\//i.test(store.url)) problems.push('store.url: must start with postgres:// or postgresql:// when store.kind is postgres');
+  if (store.cluster || store.sentinel) problems.push('store: cluster and sentinel are Redis settings, not for store.kind postgres');
   return problems;
 }
 

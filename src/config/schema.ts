@@ -226,15 +226,20 @@ export const configSchema = z.strictObject({
     .prefault({}),
   store: z
     .strictObject({
-      kind: z.enum(['embedded', 'redis']).default('embedded'),
+      kind: z.enum(['embedded', 'redis', 'postgres']).default('embedded'),
       path: z.string().default('./data/tokens.db'),
-      /** Absent with neither cluster nor sentinel: redis://127.0.0.1:6379 (src/redis/connect.ts). */
+      /**
+       * Redis: absent with neither cluster nor sentinel, redis://127.0.0.1:6379 (src/redis/connect.ts).
+       * PostgreSQL (issue 24): required, postgres://user@host:port/db?sslmode=… (pg's parser).
+       */
       url: z.string().optional(),
       ...redisTopology,
       key_prefix: z.string().default('tp:'),
       /** After each write, WAIT for this many replicas (0: do not wait; README "Redis"). */
       wait_replicas: z.number().int().min(0).max(16).default(0),
       wait_timeout_ms: z.number().int().min(1).max(60_000).default(500),
+      /** PostgreSQL: connections per process (src/store/postgres/pool.ts). */
+      pool_size: z.number().int().min(1).max(1000).default(10),
       /** The cvc is purged after a retention window (README "Token definitions"). */
       cvc_retention_seconds: z.number().int().min(0).default(3600),
       /**

@@ -18,7 +18,7 @@ export interface LoadMasterKeyOptions {
   fromEnv?: string;
   /** secrets.master_key_file */
   file?: string;
-  storeKind: 'embedded' | 'redis';
+  storeKind: 'embedded' | 'redis' | 'postgres';
   /** Where the development key lives (embedded store only), normally the database's directory. */
   dataDir: string;
   warn: (msg: string) => void;
@@ -137,9 +137,10 @@ export function loadMasterKey(opts: LoadMasterKeyOptions): Buffer {
   if (opts.file !== undefined) {
     return rejectPlaceholder(readKeyFile(opts.file, 'master key file', opts.warn), `master key file ${opts.file}`);
   }
-  if (opts.storeKind === 'redis') {
+  if (opts.storeKind !== 'embedded') {
+    // A shared store (Redis, PostgreSQL: issue 24) has no local directory for a development key.
     throw new Error(
-      `a master key is required with the Redis store (every instance must share it): set ${MASTER_KEY_ENV} or secrets.master_key_file (${GENERATE_HINT})`,
+      `a master key is required with the ${opts.storeKind === 'redis' ? 'Redis' : 'PostgreSQL'} store (every instance must share it): set ${MASTER_KEY_ENV} or secrets.master_key_file (${GENERATE_HINT})`,
     );
   }
   return devKey(opts.dataDir, opts.warn, opts.createDevKey !== false);

@@ -48,7 +48,7 @@ async function openRing(config: LoadedConfig, master: Buffer, log: Logger, wrap:
   const store = wrap(await createStore(config.store, { log, mustExist: existing }));
   try {
     if (existing && (await store.listDataKeys()).length === 0) {
-      throw new StoreMissingError(`the ${config.store.kind} store holds no data keys: no tokenproxy service has used it (check ${config.store.kind === 'redis' ? 'store.url and store.key_prefix' : 'store.path'})`);
+      throw new StoreMissingError(`the ${config.store.kind} store holds no data keys: no tokenproxy service has used it (check ${config.store.kind === 'redis' ? 'store.url and store.key_prefix' : config.store.kind === 'postgres' ? 'store.url' : 'store.path'})`);
     }
     const ring = await KeyRing.open(master, store);
     return { store, ring };

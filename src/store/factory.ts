@@ -9,17 +9,20 @@ import type { Logger } from '../log.js';
 import type { TokenStore } from './types.js';
 import { EmbeddedStore } from './embedded.js';
 import { RedisStore } from './redis.js';
+import { PostgresStore } from './postgres/index.js';
 import type { RedisTopology } from '../redis/connect.js';
 
 export { InvalidCursorError } from './codec.js';
 
 /** The `store` section: for Redis, one of url, cluster and sentinel (src/redis/connect.ts). */
 export interface StoreConfig extends RedisTopology {
-  kind: 'embedded' | 'redis';
+  kind: 'embedded' | 'redis' | 'postgres';
   path: string;
   key_prefix: string;
   wait_replicas?: number;
   wait_timeout_ms?: number;
+  /** PostgreSQL: the pool's size (issue 24). */
+  pool_size?: number;
 }
 
 export interface CreateStoreOptions {
@@ -73,6 +76,9 @@ export async function createStore(cfg: StoreConfig, opts: CreateStoreOptions = {
         keyPrefix: cfg.key_prefix, waitReplicas: cfg.wait_replicas, waitTimeoutMs: cfg.wait_timeout_ms,
         log: opts.log, commandTimeoutMs: opts.commandTimeoutMs,
       });
+    case 'postgres':
+      // The config loader requires url for postgres and puts TOKENPROXY_STORE_PASSWORD into password.
+      return PostgresStore.connect({ url: cfg.url ?? '', password: cfg.password, poolSize: cfg.pool_size, log: opts.log });
     default: {
       const kind: never = cfg.kind;
       throw new Error(`unknown store kind ${JSON.stringify(kind)}`);

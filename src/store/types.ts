@@ -102,7 +102,7 @@ export interface InsertOptions {
 
 /** Idempotency entries (SVC-IDEMPOTENCY-KEY) are kept by the token store too: store/idempotency.ts. */
 export interface TokenStore extends IdempotencyStore {
-  readonly kind: 'embedded' | 'redis';
+  readonly kind: 'embedded' | 'redis' | 'postgres';
   /**
    * Writes every record or none (one transaction / one script). Durable when it resolves.
    * Throws DuplicateTokenError when an id already exists in the tenant (nothing written).

@@ -11,6 +11,7 @@ import { buildConfig } from '../../src/config/load.js';
 import { createLogger } from '../../src/log.js';
 import { startService, type RunningService } from '../../src/server.js';
 import type { RedisHandle } from './redis.js';
+import type { PostgresDatabase } from './postgres.js';
 
 export const TENANT_A = '11111111-1111-4111-8111-111111111111';
 export const TENANT_B = '22222222-2222-4222-8222-222222222222';
@@ -73,6 +74,8 @@ interface Tap {
 export interface StartTestOptions {
   config?: Record<string, unknown>;
   redis?: RedisHandle;
+  /** The PostgreSQL store on this database (helpers/postgres.ts, issue 24). */
+  postgres?: PostgresDatabase;
   dataDir?: string;
   masterKey?: string;
 }
@@ -83,7 +86,9 @@ export async function startTestService(t: Tap, opts: StartTestOptions = {}): Pro
   const raw = opts.config ?? baseConfig();
   const store = opts.redis
     ? { kind: 'redis', url: opts.redis.url, key_prefix: opts.redis.prefix }
-    : { kind: 'embedded', path: join(dataDir, 'tokens.db') };
+    : opts.postgres
+      ? { kind: 'postgres', url: opts.postgres.url }
+      : { kind: 'embedded', path: join(dataDir, 'tokens.db') };
   const masterKey = opts.masterKey ?? randomBytes(32).toString('base64');
   const config = buildConfig({ ...raw, store: { ...store, ...((raw.store as object) ?? {}) } }, { env: { TOKENPROXY_MASTER_KEY: masterKey } });
   const lines: string[] = [];

@@ -104,3 +104,20 @@ t.test('the checks of other modules join the loader\'s in one ConfigError', asyn
   t.ok(p.some((m) => m.startsWith('tenants[0].custom_rate_limits: unknown rate-limit rule')), 'rate-limit rule names (rate-limit/rules)');
   t.ok(p.some((m) => /public application may hold only/.test(m)), 'and the loader\'s own');
 });
+
+t.test('store.kind postgres (issue 24): url required and checked, pool_size, the password from TOKENPROXY_STORE_PASSWORD', async (t) => {
+  t.same(problems({ store: { kind: 'postgres' } }), ['store.url: required when store.kind is postgres (postgres://user@host:port/database)']);
+  const bad = problems({ store: { kind: 'postgres', url: 'redis://u:hunter2pw@h/0' } });
+  t.same(bad, ['store.url: must start with postgres:// or postgresql:// when store.kind is postgres']);
+  t.notOk(bad.join('\n').includes('hunter2pw'), 'the url (and its password) is not echoed');
+  t.same(problems({ store: { kind: 'postgres', url: 'postgres://h/db', cluster: { nodes: ['h:1'] } } }), ['store: cluster and sentinel are Redis settings, not for store.kind postgres']);
+  const ok = buildConfig({ store: { kind: 'postgres', url: 'postgresql://tp@db:5432/vault?sslmode=verify-full' } }, { env: {} });
+  t.equal(ok.store.pool_size, 10, 'pool_size defaults to 10');
+  t.equal(ok.store.password, undefined);
+  t.match(problems({ store: { kind: 'postgres', url: 'postgres://h/db', pool_size: 0 } })[0], /^store\.pool_size:/);
+  const fromEnv = buildConfig({ store: { kind: 'postgres', url: 'postgres://h/db', password: 'in-file' } }, { env: { TOKENPROXY_STORE_PASSWORD: 'from-env' } });
+  t.equal(fromEnv.store.password, 'from-env', 'the environment wins over store.password');
+  t.throws(() => buildConfig({ store: { kind: 'postgres', url: 'postgres://h/db' } }, { env: { TOKENPROXY_STORE_PASSWORD: '' } }), ConfigError, 'set but empty');
+  const redis = buildConfig({ store: { kind: 'redis', password: 'r' } }, { env: { TOKENPROXY_STORE_PASSWORD: 'from-env' } });
+  t.equal(redis.store.password, 'r', 'Redis does not take it');
+});

@@ -1,0 +1,149 @@
+/**
+ * The PostgreSQL store's connection pool and its failures (issue 24).
+ *
+ * One pg.Pool per store (per process). Bounded waits, so a request never hangs on a database that
+ * is gone: connecting (and waiting for a free client) gives up after `connectTimeoutMs`, a query
+ * after `queryTimeoutMs` on the client side (pg's query_timeout) and the server cancels a
+ * statement after the same time (statement_timeout). A client whose query timed out or whose
+ * socket failed is released with the error, which makes pg-pool destroy it; the next request
+ * opens a new connection, so the pool recovers by itself once the database is back.
+ *
+ * Errors: every failure of the database or the connection becomes StoreUnavailableError naming
+ * only the SQLSTATE or the socket error code; pg's own messages and details can quote values
+ * (a key in a unique violation), so they never reach a message.
+ */
+import pg from 'pg';
+import { parseIntoClientConfig } from 'pg-connection-string';
+import { readFileSync } from 'node:fs';
+import type { Logger } from '../../log.js';
+import { DuplicateTokenError, StoreUnavailableError } from '../types.js';
+import { InvalidCursorError } from '../codec.js';
+import type { SecretRef } from '../../redis/connect.js';
+
+export interface PostgresPoolOptions {
+  /** postgres://user@host:port/database?sslmode=… (parsed by pg-connection-string). */
+  url: string;
+  /** Overrides a password in the URL (store.password, or TOKENPROXY_STORE_PASSWORD via the config). */
+  password?: SecretRef | undefined;
+  poolSize?: number | undefined;
+  /** Connecting, and waiting for a free client of the pool (default 2000 ms). */
+  connectTimeoutMs?: number | undefined;
+  /** Each query, client side and server side (default 5000 ms). */
+  queryTimeoutMs?: number | undefined;
+  log?: Logger | undefined;
+}
+
+export type Queryable = Pick<pg.PoolClient, 'query'>;
+
+function readPassword(ref: SecretRef | undefined): string | undefined {
+  if (ref === undefined || typeof ref === 'string') return ref;
+  try {
+    return readFileSync(ref.file, 'utf8').replace(/\r?\n$/, '');
+  } catch (err) {
+    throw new Error(`cannot read the PostgreSQL password file ${ref.file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+  }
+}
+
+export function createPool(opts: PostgresPoolOptions): pg.Pool {
+  const queryTimeout = opts.queryTimeoutMs ?? 5000;
+  const password = readPassword(opts.password);
+  // Parsed here, not passed as connectionString: pg merges a connectionString's fields over the
+  // explicit ones (lib/connection-parameters.js), so a given password would lose to the URL's (none).
+  let parsed: pg.ClientConfig;
+  try {
+    parsed = parseIntoClientConfig(opts.url);
+  } catch {
+    throw new StoreUnavailableError('store.url is not a PostgreSQL connection URL');
+  }
+  const pool = new pg.Pool({
+    ...parsed,
+    ...(password !== undefined ? { password } : {}),
+    max: opts.poolSize ?? 10,
+    connectionTimeoutMillis: opts.connectTimeoutMs ?? 2000,
+    query_timeout: queryTimeout,
+    statement_timeout: queryTimeout,
+    // A row lock held by a crashed peer's transaction is released with its connection; a
+    // transaction that waits longer than this for one answers 503 instead of hanging.
+    lock_timeout: queryTimeout,
+    idle_in_transaction_session_timeout: queryTimeout * 2,
+    idleTimeoutMillis: 10_000,
+    application_name: 'tokenproxy',
+  });
+  // An idle client whose server went away emits here; pg-pool has already dropped it. Without a
+  // listener that is an uncaught exception.
+  pool.on('error', (err) => opts.log?.warn({ code: errorCode(err) }, 'a PostgreSQL connection of the token store failed'));
+  return pool;
+}
+
+/** The SQLSTATE of a server error, or the socket's errno code, or a short name of what failed. */
+export function errorCode(err: unknown): string {
+  if (err && typeof err === 'object') {
+    const code = (err as { code?: unknown }).code;
+    if (typeof code === 'string' && /^[A-Z0-9_]{1,32}$/.test(code)) return code;
+    const message = (err as { message?: unknown }).message;
+    if (typeof message === 'string') {
+      if (/timeout/i.test(message)) return 'timeout';
+      if (/terminated|ended|closed|not queryable/i.test(message)) return 'connection_closed';
+    }
+  }
+  return 'error';
+}
+
+/** A server-reported error (the connection itself is still usable after it). */
+function isDatabaseError(err: unknown): boolean {
+  return err instanceof pg.DatabaseError && !/^(08|57P)/.test(err.code ?? '');
+}
+
+/** Errors the store's callers handle themselves pass; everything else is the store failing. */
+export function storeError(err: unknown): unknown {
+  if (err instanceof DuplicateTokenError || err instanceof StoreUnavailableError || err instanceof InvalidCursorError
+    || err instanceof RangeError || err instanceof TypeError) return err;
+  return new StoreUnavailableError(`the PostgreSQL store failed (${errorCode(err)})`, { cause: err });
+}
+
+/** SQLSTATE 23505 on the constraint named. */
+export function isUniqueViolation(err: unknown, constraint: string): boolean {
+  return err instanceof pg.DatabaseError && err.code === '23505' && err.constraint === constraint;
+}
+
+/** One statement on any pooled connection; failures become StoreUnavailableError. */
+export async function query<R extends pg.QueryResultRow>(pool: pg.Pool, text: string, values: unknown[] = []): Promise<pg.QueryResult<R>> {
+  try {
+    return await pool.query<R>(text, values);
+  } catch (err) {
+    throw storeError(err);
+  }
+}
+
+/**
+ * Runs `fn` in one transaction (READ COMMITTED) on one connection: COMMIT when it resolves,
+ * ROLLBACK when it throws. A connection that failed (socket, timeout) is destroyed, not rolled
+ * back: a timed-out query may still be running on it.
+ */
+export async function transaction<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+  let client: pg.PoolClient;
+  try {
+    client = await pool.connect();
+  } catch (err) {
+    throw storeError(err);
+  }
+  // A checked-out client that loses its socket emits 'error' (the query in flight rejects too).
+  const onError = (): void => {};
+  client.on('error', onError);
+  try {
+    await client.query('BEGIN');
+    const out = await fn(client);
+    await client.query('COMMIT');
+    client.off('error', onError);
+    client.release();
+    return out;
+  } catch (err) {
+    let broken: Error | undefined = err instanceof Error ? err : new Error('transaction failed');
+    if (isDatabaseError(err) || err instanceof DuplicateTokenError || err instanceof TypeError || err instanceof RangeError) {
+      broken = await client.query('ROLLBACK').then(() => undefined, (e: unknown) => (e instanceof Error ? e : new Error('rollback failed')));
+    }
+    client.off('error', onError);
+    client.release(broken);
+    throw storeError(err);
+  }
+}

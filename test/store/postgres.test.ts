@@ -1,0 +1,122 @@
+/**
+ * PostgresStore (issue 24) on a real PostgreSQL: the store contract (tokens, idempotency, audit),
+ * the schema created once by many instances starting at once, a newer schema refused, the factory,
+ * and a database that does not answer failing fast.
+ */
+import t from 'tap';
+import type { Test } from 'tap';
+import pg from 'pg';
+import { postgresForFile, type PostgresServer } from '../helpers/postgres.js';
+import { runContract, makeRecord, TENANT_A } from './contract.js';
+import { PostgresStore, SchemaTooNewError, SCHEMA_VERSION, type PostgresStoreOptions } from '../../src/store/postgres/index.js';
+import { createStore } from '../../src/store/factory.js';
+import { buildConfig } from '../../src/config/load.js';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { StoreUnavailableError } from '../../src/store/types.js';
+import { AUDIT_TENANT, auditInput, checkChain, SIGN } from './audit-contract.js';
+
+const server = await postgresForFile(t);
+if (server) {
+  const open = async (t: Test, url?: string, opts?: PostgresStoreOptions): Promise<PostgresStore> => {
+    const store = await PostgresStore.connect(opts ?? { url: url ?? (await server.database(t)).url });
+    t.teardown(() => store.close());
+    return store;
+  };
+
+  runContract(t, (t) => open(t));
+
+  registerSchemaTests(t, server, open);
+
+  t.test('four instances on one database: concurrent audit appends form one chain, concurrent identical creates leave one token', async (t) => {
+    const db = await server.database(t);
+    const stores = await Promise.all(Array.from({ length: 4 }, () => open(t, db.url)));
+    // Each instance batches its own appends per tenant; across instances only the head row lock
+    // orders them. The tenant's first append races too (its head row does not exist yet).
+    const n = 80;
+    const appended = await Promise.all(Array.from({ length: n }, (_, i) => stores[i % 4]!.appendAudit(AUDIT_TENANT, [auditInput({ request_id: `r${i}` })], SIGN)));
+    t.same(appended.flat().map((e) => e.seq).sort((a, b) => a - b), Array.from({ length: n }, (_, i) => i + 1), 'every seq once');
+    t.same(await checkChain(stores[0]!, AUDIT_TENANT), { ok: true, events: n, unanchored: false }, 'one chain, anchored head');
+    const results = await Promise.all(Array.from({ length: 24 }, (_, i) => stores[i % 4]!.insertMany([makeRecord({ fingerprint: 'race' })], { dedupe: [true] })));
+    t.equal(results.filter((r) => r[0] === null).length, 1, 'one insert wrote');
+    const stored = (await stores[1]!.list(TENANT_A, { fingerprint: 'race' }, { size: 100, after: null })).items.map((r) => r.id);
+    t.equal(stored.length, 1, 'one token');
+    t.same(new Set(results.map((r) => r[0]?.id ?? stored[0])), new Set(stored), 'every other insert got that token');
+  });
+
+  t.test('factory builds a connected PostgreSQL store', async (t) => {
+    const db = await server.database(t);
+    const store = await createStore({ kind: 'postgres', path: '', key_prefix: '', url: db.url, pool_size: 2 });
+    t.teardown(() => store.close());
+    t.equal(store.kind, 'postgres');
+    await store.ping();
+    // A statement, a lock wait and an idle transaction are bounded on the server too (pool.ts).
+    const pool = (store as PostgresStore).pool;
+    const setting = async (name: string) => Object.values((await pool.query(`SHOW ${name}`)).rows[0] as Record<string, string>)[0];
+    t.same([await setting('statement_timeout'), await setting('lock_timeout'), await setting('idle_in_transaction_session_timeout')], ['5s', '5s', '10s']);
+    const r = makeRecord();
+    await store.insertMany([r]);
+    t.same(await store.get(TENANT_A, r.id), r);
+  });
+
+  t.test('the password: from store.password, a { file }, or TOKENPROXY_STORE_PASSWORD, never in a message', { skip: server.checksPasswords ? false : 'the server given by TOKENPROXY_TEST_PG_URL lets a wrong password in (trust)' }, async (t) => {
+    const db = new URL((await server.database(t)).url);
+    const password = decodeURIComponent(db.password);
+    db.password = '';
+    const bare = db.toString();
+    const wrong = await PostgresStore.connect({ url: bare, password: 'not-the-password' }).then(() => null, (e: unknown) => e);
+    t.ok(wrong instanceof StoreUnavailableError, 'a wrong password: StoreUnavailableError');
+    t.match(wrong instanceof Error ? wrong.message : '', /\(28P01\)/, 'naming the SQLSTATE (invalid_password)');
+    t.notMatch(wrong instanceof Error ? wrong.message : '', /not-the-password/);
+    const direct = await open(t, undefined, { url: bare, password });
+    await direct.ping();
+    t.pass('store.password as a string');
+    const dir = mkdtempSync(join(tmpdir(), 'tp-pgpw-'));
+    t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+    writeFileSync(join(dir, 'pw'), `${password}\n`);
+    await (await open(t, undefined, { url: bare, password: { file: join(dir, 'pw') } })).ping();
+    t.pass('store.password as { file } (trailing newline dropped)');
+    const config = buildConfig({ store: { kind: 'postgres', url: bare, password: 'not-the-password' } }, { env: { TOKENPROXY_STORE_PASSWORD: password } });
+    const fromEnv = await createStore(config.store);
+    t.teardown(() => fromEnv.close());
+    await fromEnv.ping();
+    t.pass('TOKENPROXY_STORE_PASSWORD wins over store.password');
+  });
+
+  t.test('connecting to nothing fails fast with StoreUnavailableError, naming no secret', async (t) => {
+    const started = Date.now();
+    const err = await PostgresStore.connect({ url: 'postgres://tp:s3cretpw@127.0.0.1:1/x' }).then(() => null, (e: unknown) => e);
+    t.ok(err instanceof StoreUnavailableError, 'StoreUnavailableError');
+    t.notMatch(err instanceof Error ? err.message : '', /s3cretpw/, 'no password in the message');
+    t.ok(Date.now() - started < 6000, `failed in ${Date.now() - started} ms`);
+  });
+}
+
+function registerSchemaTests(t: Test, server: PostgresServer, open: (t: Test, url?: string) => Promise<PostgresStore>): void {
+  t.test('many instances starting at once create the schema once', async (t) => {
+    const db = await server.database(t);
+    const stores = await Promise.all(Array.from({ length: 8 }, () => open(t, db.url)));
+    const client = new pg.Client(db.url);
+    await client.connect();
+    t.teardown(() => client.end());
+    const v = await client.query('SELECT version FROM tokenproxy.schema_version');
+    t.same(v.rows, [{ version: SCHEMA_VERSION }], 'one version row');
+    const r = makeRecord();
+    await stores[0]!.insertMany([r]);
+    t.same(await stores[7]!.get(TENANT_A, r.id), r, 'every instance sees the same tables');
+  });
+
+  t.test('a schema newer than the code: refused, naming both versions', async (t) => {
+    const db = await server.database(t);
+    await open(t, db.url);
+    const client = new pg.Client(db.url);
+    await client.connect();
+    t.teardown(() => client.end());
+    await client.query('UPDATE tokenproxy.schema_version SET version = $1', [SCHEMA_VERSION + 1]);
+    const err = await PostgresStore.connect({ url: db.url }).then(() => null, (e: unknown) => e);
+    t.ok(err instanceof SchemaTooNewError, 'SchemaTooNewError');
+    t.equal(err instanceof SchemaTooNewError && err.code, 'store_schema_too_new');
+    t.match(err instanceof Error ? err.message : '', new RegExp(`version ${SCHEMA_VERSION + 1}.*version ${SCHEMA_VERSION}`));
+  });
+}
