@@ -93,9 +93,9 @@ t.test('workers: auto starts one worker per core; SIGHUP to the primary reloads 
   );
   t.same(status.processes.map((p) => p.outcome), Array(n).fill('applied'), 'every worker applied the new file');
   t.same(new Set(status.processes.map((p) => p.pid)), new Set(pids), 'the status names each worker');
-  await waitFor(() => logLines(svc.output()).filter((l) => l.msg === 'configuration reloaded').length === n, { what: 'each worker\'s reload line' });
-  const reloaded = logLines(svc.output()).filter((l) => l.msg === 'configuration reloaded').map((l) => l.pid as number);
-  t.same(new Set(reloaded), new Set(pids), 'each worker logged its own reload');
+  const reloadedBy = () => logLines(svc.output()).filter((l) => l.msg === 'configuration reloaded').map((l) => l.pid as number);
+  await waitFor(() => pids.every((pid) => reloadedBy().includes(pid)), { what: 'each worker\'s reload line', timeoutMs: 30_000 });
+  t.same(reloadedBy().sort(), [...pids].sort(), 'each worker logged its own reload, once');
 
   const seen = new Set<number>();
   for (let i = 0; i < 30 && seen.size < n; i++) {
