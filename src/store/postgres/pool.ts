@@ -116,20 +116,29 @@ export async function query<R extends pg.QueryResultRow>(pool: pg.Pool, text: st
 }
 
 /**
- * Runs `fn` in one transaction (READ COMMITTED) on one connection: COMMIT when it resolves,
- * ROLLBACK when it throws. A connection that failed (socket, timeout) is destroyed, not rolled
- * back: a timed-out query may still be running on it.
+ * One connection of the pool, for several statements; a pool that cannot connect is a
+ * StoreUnavailableError. A checked-out client that loses its socket emits 'error' (the query in
+ * flight rejects too): `onError` swallows that; take it off before release.
  */
-export async function transaction<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+export async function checkout(pool: pg.Pool): Promise<{ client: pg.PoolClient; onError: () => void }> {
   let client: pg.PoolClient;
   try {
     client = await pool.connect();
   } catch (err) {
     throw storeError(err);
   }
-  // A checked-out client that loses its socket emits 'error' (the query in flight rejects too).
   const onError = (): void => {};
   client.on('error', onError);
+  return { client, onError };
+}
+
+/**
+ * Runs `fn` in one transaction (READ COMMITTED) on one connection: COMMIT when it resolves,
+ * ROLLBACK when it throws. A connection that failed (socket, timeout) is destroyed, not rolled
+ * back: a timed-out query may still be running on it.
+ */
+export async function transaction<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+  const { client, onError } = await checkout(pool);
   try {
     await client.query('BEGIN');
     const out = await fn(client);

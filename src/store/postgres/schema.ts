@@ -14,7 +14,7 @@
  * store does not parse them (a compact binary format for every store is a later part of issue 24).
  */
 import type pg from 'pg';
-import { storeError } from './pool.js';
+import { checkout, storeError } from './pool.js';
 
 export const SCHEMA_VERSION = 1;
 
@@ -87,14 +87,7 @@ export class SchemaTooNewError extends Error {
 
 /** Creates or upgrades the schema; returns the version found before (0: none). */
 export async function ensureSchema(pool: pg.Pool): Promise<number> {
-  let client: pg.PoolClient;
-  try {
-    client = await pool.connect();
-  } catch (err) {
-    throw storeError(err);
-  }
-  const onError = (): void => {};
-  client.on('error', onError);
+  const { client, onError } = await checkout(pool);
   let failed: Error | undefined;
   try {
     // Waiting for another instance's migration, and a migration itself, may take longer than one
