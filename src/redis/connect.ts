@@ -111,7 +111,7 @@ export function createRedisClient(t: RedisTopology, options: RedisOptions = {}, 
   }
   if (t.sentinel) {
     const sentinelPassword = readSecret(t.sentinel.password, 'Redis Sentinel password');
-    return new Redis({
+    return guardStreamErrors(new Redis({
       ...options,
       ...auth,
       name: t.sentinel.name,
@@ -130,7 +130,24 @@ export function createRedisClient(t: RedisTopology, options: RedisOptions = {}, 
       reconnectOnError: (err: Error) => (err.message.startsWith('READONLY') ? 1 : false),
       sentinelRetryStrategy: (times: number) => Math.min(times * 100, 1000),
       ...(tls ? { tls, enableTLSForSentinelMode: true, sentinelTLS: tls } : {}),
-    });
+    }));
   }
-  return new Redis(t.url ?? DEFAULT_REDIS_URL, { ...options, ...auth, ...(tls ? { tls } : {}) });
+  return guardStreamErrors(new Redis(t.url ?? DEFAULT_REDIS_URL, { ...options, ...auth, ...(tls ? { tls } : {}) }));
+}
+
+const ignore = (): void => {};
+
+/**
+ * ioredis listens to its socket's 'error' once (`stream.once`, ioredis 5 and 6). A TLS socket can
+ * emit a second error: after a refused certificate the server's alert arrives as another error
+ * ("tlsv1 alert decode error"), with no listener left, and an unhandled 'error' ends the process
+ * (ioredis issue 1183). The first error already reached the client's 'error' event, which the
+ * callers log: on it, the socket gets a listener that drops the rest.
+ */
+function guardStreamErrors(client: Redis): Redis {
+  client.on('error', () => {
+    const stream = (client as unknown as { stream?: { on(event: 'error', fn: () => void): unknown; listeners(event: 'error'): unknown[] } }).stream;
+    if (stream && !stream.listeners('error').includes(ignore)) stream.on('error', ignore);
+  });
+  return client;
 }
