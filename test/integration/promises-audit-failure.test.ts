@@ -12,8 +12,7 @@
  */
 import t, { type Test } from 'tap';
 import { Redis } from 'ioredis';
-import { join } from 'node:path';
-import { Sqlite as Database } from '../../src/store/sqlite.js';
+import { withStoreDb } from '../helpers/store-file.js';
 import { randomCard, randomCvc, cvcPattern } from '../helpers/secrets.js';
 import { redisSkip, startRedis } from '../helpers/redis.js';
 import { KEYS, TENANT_A, baseConfig, startTestService, type TestService } from '../helpers/service.js';
@@ -21,16 +20,6 @@ import { startUpstream, type Upstream } from '../helpers/upstream.js';
 
 const MGMT = 'promises_audit_mgmt_key_aaaaaaaaaaa';
 const USER = 'promises_audit_user_key_bbbbbbbbbbb';
-
-function withDb<T>(s: TestService, fn: (db: InstanceType<typeof Database>) => T): T {
-  const db = new Database(join(s.dataDir, 'tokens.db'), { fileMustExist: true });
-  try {
-    db.pragma('busy_timeout = 5000');
-    return fn(db);
-  } finally {
-    db.close();
-  }
-}
 
 async function auditFailure(t: Test, up: Upstream, start: (t: Test) => Promise<{ s: TestService; break(): Promise<void>; repair(): Promise<void> }>): Promise<void> {
   const { s, break: breakAppends, repair: repairAppends } = await start(t);
@@ -106,8 +95,8 @@ t.test('embedded store: a trigger aborts every audit insert', async (t) => {
     return {
       s,
       break: async () =>
-        void withDb(s, (db) => db.exec("CREATE TRIGGER promises_no_audit BEFORE INSERT ON audit_events BEGIN SELECT RAISE(ABORT, 'audit append refused by the test'); END")),
-      repair: async () => void withDb(s, (db) => db.exec('DROP TRIGGER promises_no_audit')),
+        void withStoreDb(s, (db) => db.exec("CREATE TRIGGER promises_no_audit BEFORE INSERT ON audit_events BEGIN SELECT RAISE(ABORT, 'audit append refused by the test'); END")),
+      repair: async () => void withStoreDb(s, (db) => db.exec('DROP TRIGGER promises_no_audit')),
     };
   });
 });

@@ -16,29 +16,20 @@ import t from 'tap';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { Sqlite as Database } from '../../src/store/sqlite.js';
+import { withStoreDb } from '../helpers/store-file.js';
 import { redisSkip, startRedis } from '../helpers/redis.js';
 import { startTestService, type TestService } from '../helpers/service.js';
 
 const DAY_MS = 24 * 3_600_000;
 const CLAIM_MS = 60_000;
 
-function withDb<T>(s: TestService, fn: (db: InstanceType<typeof Database>) => T): T {
-  const db = new Database(join(s.dataDir, 'tokens.db'), { fileMustExist: true });
-  try {
-    db.pragma('busy_timeout = 5000');
-    return fn(db);
-  } finally {
-    db.close();
-  }
-}
-
 const send = (s: TestService, key: string) =>
   s.call('POST', '/tokenize', { body: { email: 'someone@example.com' }, headers: { 'svc-idempotency-key': key } });
 
 t.test('embedded store: an answer kept 24 h, a crashed claim blocking its key for 60 s, then the request runs again', async (t) => {
   const s = await startTestService(t);
-  const row = () => withDb(s, (db) => db.prepare('SELECT state, expires_ms FROM idempotency_keys').all() as Array<{ state: string; expires_ms: number }>);
-  const setRow = (state: string, expires: number) => withDb(s, (db) => db.prepare('UPDATE idempotency_keys SET state = ?, expires_ms = ?').run(state, expires));
+  const row = () => withStoreDb(s, (db) => db.prepare('SELECT state, expires_ms FROM idempotency_keys').all() as Array<{ state: string; expires_ms: number }>);
+  const setRow = (state: string, expires: number) => withStoreDb(s, (db) => db.prepare('UPDATE idempotency_keys SET state = ?, expires_ms = ?').run(state, expires));
 
   const before = Date.now();
   const first = await send(s, 'order-ttl-1');
