@@ -33,7 +33,7 @@ import { createRateLimitStage } from './rate-limit/stage.js';
 import { connectRefuser } from './proxy/methods.js';
 import { EgressPolicy } from './proxy/egress.js';
 import { OutboundProxy } from './proxy/outbound.js';
-import { ProxyService } from './proxy/service.js';
+import { InboundProxy } from './proxy/inbound.js';
 import type { TokenStore } from './store/types.js';
 import { TokenService } from './vault/service.js';
 
@@ -94,7 +94,7 @@ interface Serving {
   model: Model;
   handle: (req: IncomingMessage, res: ServerResponse) => void;
   upgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
-  proxies: ProxyService;
+  proxies: InboundProxy;
   outbound: OutboundProxy;
   routes: Route[];
   inFlight: number;
@@ -134,7 +134,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     cleanups.push(() => idempotency.close());
     const serve = (model: Model): Serving => {
       const server = model.config.server;
-      const proxies = new ProxyService(model.proxies, {
+      const proxies = new InboundProxy(model.proxies, {
         tokens, runtime: reactors.runtime, bodyLimit: server.body_limit_bytes, maxDepth: server.max_depth, log,
         trustedPeer: model.trustedPeer, metrics, detokenizer,
       });

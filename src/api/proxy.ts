@@ -8,7 +8,7 @@
 import { ServiceError } from '../errors.js';
 import type { Route } from '../http/context.js';
 import type { OutboundProxy } from '../proxy/outbound.js';
-import type { ProxyService } from '../proxy/service.js';
+import type { InboundProxy } from '../proxy/inbound.js';
 import { ProxyError } from './schemas.js';
 
 const description = [
@@ -31,7 +31,7 @@ const responses = {
   '5XX': wrapped("Another error of tokenproxy; the destination's own answers are under default"),
 };
 
-export function proxyRoutes(proxies: ProxyService, outbound?: OutboundProxy): Route[] {
+export function proxyRoutes(proxies: InboundProxy, outbound?: OutboundProxy): Route[] {
   return [
     {
       method: '*',

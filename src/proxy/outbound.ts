@@ -19,7 +19,7 @@ import { destinationPath, parseDestination, splitProxyTarget } from './destinati
 import type { EgressPolicy } from './egress.js';
 import { outgoingHeaders, responseHeaders } from './headers.js';
 import { refuseMethod } from './methods.js';
-import { answerHeaders, checkTransferEncoding, forwardOrCut, isIdentity } from './service.js';
+import { answerHeaders, checkTransferEncoding, forwardOrCut, isIdentity } from './forward.js';
 import { streamVia } from './upstream.js';
 
 export const PROXY_URL_HEADER = 'svc-proxy-url';

@@ -6,10 +6,9 @@
  *  - transformed: the body is read (bounded), the request transforms run, the leak guard checks
  *    the outgoing bytes, every token prepared by the transforms is written in one batch, and the
  *    result is forwarded; a 2xx response is collected (bounded) for the response transforms.
- * Both forward with undici over a keep-alive pool per proxy (see README "Inbound proxy" for why
+ * Both forward with undici over a keep-alive pool per proxy (the answer goes back through forward.ts) (see README "Inbound proxy" for why
  * undici rather than http-proxy carries plain HTTP).
  */
-import type { OutgoingHttpHeaders } from 'node:http';
 import { Transform, Writable, type Duplex, type Readable } from 'node:stream';
 import { ServiceError } from '../errors.js';
 import { mediaType, readBody } from '../http/body.js';
@@ -28,9 +27,8 @@ import { refuseMethod } from './methods.js';
 import { ProxyTransforms, type TransformContext } from './transforms.js';
 import type { UseResolver } from './detokenize-request.js';
 import { UpgradeForwarder } from './upgrade.js';
+import { answerHeaders, checkTransferEncoding, cutOrThrow, forwardOrCut, isIdentity } from './forward.js';
 import { Upstream, upstreamError, type ForwardRequest, type UpstreamHead } from './upstream.js';
-
-export const DESTINATION_STATUS_HEADER = 'svc-proxy-destination-status';
 
 interface Entry {
   proxy: CompiledProxy;
@@ -40,7 +38,7 @@ interface Entry {
   metrics: ProxyMetrics | undefined;
 }
 
-export interface ProxyServiceOptions {
+export interface InboundProxyOptions {
   tokens: TokenService;
   runtime: ReactorRuntime | null;
   /** server.body_limit_bytes: bounds a body read for transforms, in both directions. */
@@ -55,31 +53,13 @@ export interface ProxyServiceOptions {
   detokenizer?: UseResolver;
 }
 
-/**
- * Refuses a request whose Transfer-Encoding is anything but `chunked` (RFC 9112 §6.1: 501 for a
- * coding the server does not implement). Node's parser takes `gzip, chunked` as chunked and hands
- * on the still-gzipped bytes; they could be neither scanned nor tokenized, and the destination
- * would get them with no header saying they are compressed.
- */
-export function checkTransferEncoding(te: string | string[] | undefined): void {
-  if (te === undefined) return;
-  const codings = (Array.isArray(te) ? te.join(',') : te).split(',').map((c) => c.trim().toLowerCase()).filter(Boolean);
-  if (codings.length === 1 && codings[0] === 'chunked') return;
-  throw new ServiceError('unsupported_transfer_encoding', { detail: 'The proxy accepts request bodies with Transfer-Encoding: chunked only (use Content-Encoding for a compressed body)' });
-}
-
-export function isIdentity(encoding: string | string[] | undefined): boolean {
-  const v = Array.isArray(encoding) ? encoding.join(',') : encoding;
-  return v === undefined || v.trim() === '' || v.trim().toLowerCase() === 'identity';
-}
-
-export class ProxyService {
+export class InboundProxy {
   private readonly entries = new Map<string, Entry>();
   private readonly transforms: ProxyTransforms;
   private readonly upgrades: UpgradeForwarder;
 
   /** `proxies`: the model's compiled proxies (src/model/compile.ts), by `tenantId/proxyId`. */
-  constructor(proxies: ReadonlyMap<string, CompiledProxy>, private readonly opts: ProxyServiceOptions) {
+  constructor(proxies: ReadonlyMap<string, CompiledProxy>, private readonly opts: InboundProxyOptions) {
     this.transforms = new ProxyTransforms(opts.tokens, opts.runtime);
     this.upgrades = new UpgradeForwarder(opts.log);
     for (const [key, proxy] of proxies) {
@@ -322,36 +302,6 @@ export class ProxyService {
     this.upgrades.close();
     await Promise.all([...this.entries.values()].map((e) => e.upstream.destroy()));
   }
-}
-
-/** Adds ours (trace id, rate-limit headers, destination status) to `upstream`, a fresh object it changes. */
-export function answerHeaders(ctx: Context, head: UpstreamHead, upstream: OutgoingHttpHeaders): OutgoingHttpHeaders {
-  Object.assign(upstream, ctx.headers);
-  upstream[DESTINATION_STATUS_HEADER] = String(head.statusCode);
-  return upstream;
-}
-
-/**
- * Runs a forward whose answer may already stream to the caller. Resolves true when it completed;
- * a failure before the response started throws the mapped ServiceError; after it started, the
- * caller's connection is cut (a cut-off body must not pass as whole) and it resolves false.
- */
-export async function forwardOrCut(ctx: Context, forward: () => Promise<void>, failed?: (err: unknown) => void): Promise<boolean> {
-  try {
-    await forward();
-    return true;
-  } catch (err) {
-    failed?.(err);
-    cutOrThrow(ctx, err);
-    return false;
-  }
-}
-
-/** A forwarding failure: the mapped ServiceError before the response started, else the caller's connection cut. */
-function cutOrThrow(ctx: Context, err: unknown): void {
-  if (!ctx.res.headersSent) throw upstreamError(err);
-  ctx.log.warn({ code: upstreamError(err).code }, 'destination failed after the response started');
-  ctx.res.destroy();
 }
 
 /** What transforms see of the request: no URL parsed for an empty query, the child logger made only if a code transform logs. */
