@@ -3,7 +3,7 @@
  * module ever passes a request body, a header map, a key or a token value to a logger.
  */
 import { pino, type Logger, type DestinationStream } from 'pino';
-import { luhnValid } from './vault/card.js';
+import { luhnValid } from './luhn.js';
 
 export type { Logger };
 

@@ -24,7 +24,7 @@
  * without being buffered. Nothing about a finding but its count leaves this module: never the
  * digits.
  */
-import { luhnValid } from '../vault/card.js';
+import { luhnValid } from '../luhn.js';
 
 const ZERO = 0x30;
 const NINE = 0x39;

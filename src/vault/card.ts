@@ -4,6 +4,7 @@
  * card is still accepted. Messages never quote the value.
  */
 import type { FieldErrors } from '../errors.js';
+import { luhnValid } from '../luhn.js';
 
 export interface CardData {
   number: string;
@@ -13,21 +14,6 @@ export interface CardData {
 }
 
 const CARD_FIELDS = new Set(['number', 'expiration_month', 'expiration_year', 'cvc']);
-
-export function luhnValid(digits: string): boolean {
-  let sum = 0;
-  let double = false;
-  for (let i = digits.length - 1; i >= 0; i--) {
-    let d = digits.charCodeAt(i) - 48;
-    if (double) {
-      d *= 2;
-      if (d > 9) d -= 9;
-    }
-    sum += d;
-    double = !double;
-  }
-  return sum % 10 === 0;
-}
 
 function add(errors: FieldErrors, path: string, message: string): void {
   // Own members only (a field named "constructor" or "__proto__" is a path like any other).

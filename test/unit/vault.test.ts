@@ -1,7 +1,8 @@
 /** Pure vault modules: the walk, card validation and masks, expressions, the query language, merge patch. */
 import t from 'tap';
 import { ServiceError } from '../../src/errors.js';
-import { luhnValid, maskCardNumber, validateCard } from '../../src/vault/card.js';
+import { luhnValid } from '../../src/luhn.js';
+import { maskCardNumber, validateCard } from '../../src/vault/card.js';
 import { addFieldError, parseDefinition } from '../../src/vault/definition.js';
 import { checkDataExpression, compileExpression, ExpressionError, MAX_EXPRESSION_OUTPUT_BYTES, renderExpression } from '../../src/vault/expressions.js';
 import { applyPatch, mergePatch } from '../../src/vault/patch.js';
