@@ -16,7 +16,7 @@ import type { Context, Route } from './context.js';
 import { answerEarly, type LingerOptions } from './linger.js';
 import { sendProblem, sendSocketProblem } from './respond.js';
 import { Router } from './router.js';
-import { UNMATCHED_ROUTE, type RequestMetrics } from '../metrics/registry.js';
+import { UNMATCHED_ROUTE, type RequestMetrics } from './metrics.js';
 import { parseBody, parseInput, queryObject } from './route-schema.js';
 
 export interface RateLimitGate {

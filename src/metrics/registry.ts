@@ -10,10 +10,11 @@
  * ProxyMetrics, ReactorMetrics, VaultMetrics, StoreMetrics), never prom-client.
  */
 import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
+import type { RequestMetrics } from '../http/metrics.js';
+import type { ProxyMetrics } from '../proxy/metrics.js';
+import type { ReactorMetrics } from '../reactors/metrics.js';
+import type { VaultMetrics } from '../vault/metrics.js';
 import { FastHistogram, type HistogramChild } from './histogram.js';
-
-/** The route label of a request no route matched (404/405): a fixed value, never the path. */
-export const UNMATCHED_ROUTE = 'unmatched';
 
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 
@@ -21,33 +22,6 @@ const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIO
 const REQUEST_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 const DESTINATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 const STORE_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
-
-export interface RequestMetrics {
-  /** One answered request: `started` from performance.now() when it arrived (a number: no BigInt per request). */
-  request(method: string | undefined, route: string, status: number, started: number): void;
-  /** A request refused by a rate-limit rule (the rule's name, never the counted key). */
-  rateLimited(rule: string): void;
-}
-
-/** One proxy's children, resolved once when the proxy is compiled. */
-export interface ProxyMetrics {
-  /** The destination answered (its response head arrived); `started` from performance.now(). */
-  answered(started: number): void;
-  /** Forwarding failed with this catalogue code (destination_unreachable, destination_timeout…), or client_closed. */
-  failed(code: string): void;
-  /** Card numbers the leak guard found in a body to the destination. */
-  leaks(findings: number, blocked: boolean): void;
-}
-
-export interface ReactorMetrics {
-  /** A call the host answered: `ok` or the failure kind (timeout, out_of_memory, user_error…). */
-  call(outcome: string): void;
-  hostRestarted(): void;
-}
-
-export interface VaultMetrics {
-  revealed(type: string): void;
-}
 
 export interface StoreMetrics {
   written(operation: string, started: bigint): void;

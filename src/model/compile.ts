@@ -13,7 +13,7 @@ import { reactorDefinitions } from '../api/reactors.js';
 import { KeyIndex, sha256 } from '../auth/keys.js';
 import { ConfigError, loadConfigFile, type LoadedConfig, type LoadOptions } from '../config/load.js';
 import type { Config, TenantConfig } from '../config/schema.js';
-import { createClientIp, createPeerTrust, parseCidr, type ClientIpResolver } from '../http/client-ip.js';
+import { createClientIp, createPeerTrust, parseCidr, type ClientIpResolver } from '../net/client-ip.js';
 import { checkProxy, compileProxy, proxyTransformDefinitions, type CompiledProxy } from '../proxy/compile.js';
 import { checkOutbound } from '../proxy/egress.js';
 import { validateCustomRateLimits } from '../rate-limit/rules.js';

@@ -10,7 +10,7 @@ import { ConfigError } from '../config/load.js';
 import { applyLive } from '../config/live.js';
 import type { KeyRing } from '../crypto/keyring.js';
 import type { Logger } from '../log.js';
-import type { ReactorMetrics } from '../metrics/registry.js';
+import type { ReactorMetrics } from '../reactors/metrics.js';
 import { ReactorRuntime, type ReactorDefinition } from '../reactors/runtime.js';
 import { compileModel, loadFullConfig, type Model, type ModelRef } from './compile.js';
 

@@ -12,10 +12,10 @@
 import { Transform, Writable, type Duplex, type Readable } from 'node:stream';
 import { ServiceError } from '../errors.js';
 import { mediaType, readBody } from '../http/body.js';
-import { normalizeIp } from '../http/client-ip.js';
+import { normalizeIp } from '../net/client-ip.js';
 import type { Context } from '../http/context.js';
 import type { Logger } from '../log.js';
-import type { ProxyMetrics } from '../metrics/registry.js';
+import type { ProxyMetrics } from './metrics.js';
 import type { ReactorRuntime } from '../reactors/runtime.js';
 import type { TokenService } from '../vault/service.js';
 import { ProxyBody } from './body.js';

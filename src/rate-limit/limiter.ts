@@ -32,7 +32,7 @@
  */
 import type { Cluster, Redis } from 'ioredis';
 import cluster from 'node:cluster';
-import { addressBlock } from '../http/client-ip.js';
+import { addressBlock } from '../net/client-ip.js';
 import { createRedisClient } from '../redis/connect.js';
 import { RateLimiterCluster, RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import type { Config, RateRuleOverride } from '../config/schema.js';

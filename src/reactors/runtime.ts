@@ -17,7 +17,7 @@ import { validateTransformResult, type ReactorInput, type TransformArgs, type Tr
 import { failureToError } from './failures.js';
 import { HostGoneError, HostProcess } from './host-client.js';
 import { MAX_PAYLOAD_BYTES, type ConsoleLine, type HostReactorDef, type ServedBy } from './protocol.js';
-import type { ReactorMetrics } from '../metrics/registry.js';
+import type { ReactorMetrics } from './metrics.js';
 
 export type { ReactorInput, TransformArgs, TransformResult } from './contract.js';
 

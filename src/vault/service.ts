@@ -12,7 +12,7 @@ import * as access from '../auth/access.js';
 import type { Principal } from '../auth/keys.js';
 import { ServiceError, type FieldErrors } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { VaultMetrics } from '../metrics/registry.js';
+import type { VaultMetrics } from './metrics.js';
 import type { AuditTrail } from '../audit/trail.js';
 import { InvalidCursorError } from '../store/factory.js';
 import { DuplicateTokenError, StoreUnavailableError, type StoredToken, type TokenFilter, type TokenStore } from '../store/types.js';

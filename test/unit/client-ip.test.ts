@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import t from 'tap';
-import { createClientIp, normalizeIp, parseCidr } from '../../src/http/client-ip.js';
+import { createClientIp, normalizeIp, parseCidr } from '../../src/net/client-ip.js';
 
 t.test('no trusted proxies: the socket address, X-Forwarded-For ignored', async (t) => {
   const ip = createClientIp([]);
@@ -69,7 +69,7 @@ t.test('IPv4-mapped CIDR trusts the IPv4 peer', async (t) => {
 });
 
 t.test('addressBlock: what per-IP rate limits count by (issue 31, finding 3)', async (t) => {
-  const { addressBlock } = (await import('../../src/http/client-ip.js')) as { addressBlock?: (a: string, p: number) => string };
+  const { addressBlock } = (await import('../../src/net/client-ip.js')) as { addressBlock?: (a: string, p: number) => string };
   t.type(addressBlock, 'function', 'client-ip exports addressBlock');
   if (!addressBlock) return;
   // IPv4 (and IPv4-mapped IPv6, dotted or hex) counts as the IPv4 address.
@@ -94,7 +94,7 @@ t.test('addressBlock: what per-IP rate limits count by (issue 31, finding 3)', a
 });
 
 t.test('addressBlock: addresses agree on their first `prefix` bits exactly when their blocks are equal', async (t) => {
-  const { addressBlock } = await import('../../src/http/client-ip.js');
+  const { addressBlock } = await import('../../src/net/client-ip.js');
   const words = fc.array(fc.integer({ min: 0, max: 0xffff }), { minLength: 8, maxLength: 8 });
   const write = (w: number[], compress: boolean) => {
     const full = w.map((x) => x.toString(16)).join(':');
