@@ -67,6 +67,8 @@ export const catalogue = {
   shutting_down: { status: 503, title: 'The service is shutting down' },
   // metrics
   metrics_unauthorized: { status: 401, title: 'The metrics bearer token is missing or wrong' },
+  // issue 27: a public key used from a page whose origin its application does not list
+  origin_not_allowed: { status: 403, title: "The page's origin may not use this key" },
 } as const satisfies Record<string, { status: number; title: string }>;
 
 export type ErrorCode = keyof typeof catalogue;

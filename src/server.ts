@@ -21,6 +21,7 @@ import { openStoreAndRing } from './crypto/open.js';
 import { closeSilentConnections } from './http/connections.js';
 import { Idempotency } from './http/idempotency.js';
 import type { Route } from './http/context.js';
+import { CorsPolicy } from './http/cors.js';
 import { createPipeline, createUpgradeHandler, type PipelineOptions } from './http/pipeline.js';
 import { createLogger, type Logger } from './log.js';
 import { compileModel, ModelRef, type Model } from './model/compile.js';
@@ -154,6 +155,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
         bodyLimit: server.body_limit_bytes,
         maxDepth: server.max_depth,
         clientIp: model.clientIp,
+        cors: new CorsPolicy(model.config.tenants),
         rateLimits,
         metrics,
         linger: {

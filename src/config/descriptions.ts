@@ -87,6 +87,8 @@ export const CONFIG_DESCRIPTIONS: Record<string, string> = {
   [`${APP}.rules[].permissions`]: 'What the keys may do in those containers.',
   [`${APP}.rules[].transform`]: 'What a read shows: `reveal` (plaintext, never the cvc), `mask`, `redact` (no data).',
   [`${APP}.legacy`]: "Counted by the legacy (per client IP) rate-limit rules.",
+  [`${APP}.allowed_origins`]:
+    'Web page origins that may call with this application\'s keys from a browser (CORS), e.g. `["https://shop.example"]`: exact origins (scheme, host, port if not the default, no path), or `https://*.example.com` for every subdomain of one domain (https only). Public applications only: config load refuses it on a private or management application, whose keys must never be in a page. Empty (the default): no page may read an answer to its keys.',
   [`${T}.reactors`]: 'Reactors: JavaScript run in isolated-vm sandboxes in the reactor host process (`POST /reactors/{id}/react`).',
   [`${REACTOR}.id`]: 'The id in the URL.',
   [`${REACTOR}.name`]: 'A name for people and logs.',

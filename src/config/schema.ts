@@ -59,6 +59,8 @@ const application = z.strictObject({
   rules: z.array(accessRule).default([]),
   /** Counted by the spec's legacy (per client IP) rate-limit rules. */
   legacy: z.boolean().default(false),
+  /** Web page origins that may use a public application's keys (issue 27, http/cors.ts). */
+  allowed_origins: z.array(z.string()).default([]),
 });
 
 const codeSource = {

@@ -13,6 +13,7 @@ import { ServiceError } from '../errors.js';
 import { scrubCards, writeAccessLine, type AccessFields, type Logger } from '../log.js';
 import { readJson, type LargeBodyMode } from './body.js';
 import type { Context, Route } from './context.js';
+import { allowOriginHeaders, crossOrigin, originRefused, preflightHeaders, type CorsPolicy } from './cors.js';
 import { answerEarly, type LingerOptions } from './linger.js';
 import { sendProblem, sendSocketProblem } from './respond.js';
 import { Router } from './router.js';
@@ -36,6 +37,8 @@ export interface PipelineOptions {
   linger: LingerOptions;
   /** Request durations by route pattern (README "Metrics"); absent when metrics are off. */
   metrics?: RequestMetrics;
+  /** Which page origins may read answers (public applications' allowed_origins, cors.ts). */
+  cors?: CorsPolicy;
 }
 
 const TRACE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -142,14 +145,25 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
   try {
     const target = req.url ?? '/';
     const path = simplePathname(target);
+    // Only a request that names another origin pays for CORS (issue 27): one header lookup.
+    const origin = req.headers.origin === undefined ? undefined : crossOrigin(req);
+    if (origin !== undefined && req.method === 'OPTIONS' && req.headers['access-control-request-method'] !== undefined
+      && preflight(opts, router, ctx, origin, path ?? ctx.url.pathname)) return;
     const match = router.match(req.method ?? 'GET', path ?? ctx.url.pathname);
     const route = match.route;
     ctx.route = route;
     ctx.params = match.params;
     ctx.rest = match.rest;
     const schemas = route.schemas;
-    if (route.auth === 'api') authenticate(opts, ctx, route);
-    else if (route.auth === 'proxy') authenticateProxy(opts, ctx, true);
+    // Before the key is checked, so that a page can read a 401 or a 429 (cors.ts).
+    if (origin !== undefined) {
+      ctx.headers.vary = 'Origin';
+      if (opts.cors?.routeAllows(origin, route)) Object.assign(ctx.headers, allowOriginHeaders(origin));
+    }
+    if (route.auth === 'api') {
+      authenticate(opts, ctx, route);
+      if (origin !== undefined) checkOrigin(opts, ctx, origin);
+    } else if (route.auth === 'proxy') authenticateProxy(opts, ctx, true);
     if (opts.rateLimits && route.group !== 'health') Object.assign(ctx.headers, await opts.rateLimits.check(ctx, route));
     if (schemas?.params) ctx.params = parseInput(schemas, 'params', schemas.params, ctx.params) as Record<string, string>;
     if (schemas?.query) ctx.query = parseInput(schemas, 'query', schemas.query, queryObject(ctx.url.searchParams)) as Record<string, unknown>;
@@ -159,6 +173,41 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
     else if (err.status >= 500) ctx.log.warn({ code: err.code, cause: safeError(err.cause) }, 'request failed');
     drainAndAnswer(opts, req, res, err, ctx.headers, ctx.route?.wrapErrors);
   }
+}
+
+/**
+ * A CORS preflight (cors.ts): 204 with the methods at this path that a public application listing
+ * the origin may call; 403 origin_not_allowed when the requested method is not among them; the
+ * router's 404 for a path no route serves. Nothing is authenticated or counted: it carries no key.
+ * Paths of the proxies and of open routes are not ours to answer for (false): a proxy's OPTIONS
+ * goes to its destination as before, which answers its own CORS.
+ */
+function preflight(opts: PipelineOptions, router: Router<Route>, ctx: RequestContext, origin: string, path: string): boolean {
+  const routes = router.routesAt(path);
+  if (routes.length === 0) throw new ServiceError('route_not_found');
+  if (routes.some((r) => r.auth !== 'api')) return false;
+  ctx.route = routes[0];
+  const methods = [...new Set(routes.filter((r) => opts.cors?.routeAllows(origin, r)).flatMap((r) => (r.method === 'GET' ? ['GET', 'HEAD'] : [r.method])))];
+  const asked = String(ctx.req.headers['access-control-request-method']).toUpperCase();
+  ctx.headers.vary = 'Origin';
+  if (!methods.includes(asked)) throw originRefused();
+  ctx.res.writeHead(204, { ...ctx.headers, ...preflightHeaders(origin, methods) });
+  ctx.res.end();
+  return true;
+}
+
+/**
+ * After a key was found on a request from another origin: a public key only from its
+ * application's allowed_origins (else 403, and no header that lets the page read it); any
+ * other kind of key never gets the header (cors.ts).
+ */
+function checkOrigin(opts: PipelineOptions, ctx: Context, origin: string): void {
+  const app = ctx.principal!.app;
+  const listed = app.type === 'public' && opts.cors?.originsOf(app)?.has(origin) === true;
+  if (listed) return;
+  delete ctx.headers['access-control-allow-origin'];
+  delete ctx.headers['access-control-expose-headers'];
+  if (app.type === 'public') throw originRefused();
 }
 
 function parseTarget(target: string): URL {

@@ -50,6 +50,14 @@ export class Router<R extends { method: string; path: string }> {
     throw new ServiceError('route_not_found');
   }
 
+  /** The methods of the routes at `pathname` (for a preflight), each with its route. */
+  routesAt(pathname: string): R[] {
+    const parts = pathname.split('/');
+    parts.shift();
+    if (parts.length > 0 && parts[parts.length - 1] === '' && !pathname.startsWith('/proxy/')) parts.pop();
+    return this.compiled.filter((c) => this.tryMatch(c, parts) !== null).map((c) => c.route);
+  }
+
   private tryMatch(c: Compiled<R>, parts: string[]): { params: Record<string, string>; rest: string } | null {
     if (c.wildcard ? parts.length < c.segments.length : parts.length !== c.segments.length) return null;
     const params: Record<string, string> = {};

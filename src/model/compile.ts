@@ -13,6 +13,7 @@ import { reactorDefinitions } from '../api/reactors.js';
 import { KeyIndex, sha256 } from '../auth/keys.js';
 import { ConfigError, loadConfigFile, type LoadedConfig, type LoadOptions } from '../config/load.js';
 import type { Config, TenantConfig } from '../config/schema.js';
+import { checkAllowedOrigins } from '../http/cors.js';
 import { createClientIp, createPeerTrust, parseCidr, type ClientIpResolver } from '../net/client-ip.js';
 import { checkProxy, compileProxy, proxyTransformDefinitions, type CompiledProxy } from '../proxy/compile.js';
 import { checkOutbound } from '../proxy/egress.js';
@@ -46,6 +47,7 @@ export function modelChecks(cfg: Config): string[] {
   cfg.tenants.forEach((t, ti) => {
     for (const p of validateCustomRateLimits(t.rate_limit_tier, t.custom_rate_limits)) problems.push(`tenants[${ti}].custom_rate_limits: ${p}`);
     problems.push(...checkOutbound(t, `tenants[${ti}]`));
+    problems.push(...checkAllowedOrigins(t, `tenants[${ti}]`));
     t.proxies.forEach((p, pi) => problems.push(...checkProxy(p, `tenants[${ti}].proxies[${pi}]`)));
   });
   return problems;

@@ -172,6 +172,7 @@ export function compileProxy(tenant: TenantConfig, config: ProxyConfig): Compile
     permissions: ['token:create'],
     rules: [],
     legacy: false,
+    allowed_origins: [],
   };
   return {
     tenant,

@@ -11,7 +11,7 @@ const PERMS: Permission[] = ['token:create', 'token:read', 'token:update', 'toke
 const CONTAINERS = ['/', '/a/', '/a/b/', '/a/b/c/', '/ab/', '/x/', '/x/y/', '/general/high/', '/pci/high/'];
 
 function app(permissions: Permission[], rules: ApplicationConfig['rules']): ApplicationConfig {
-  return { id: 'app', name: 'app', type: 'private', keys: ['k'.repeat(16)], permissions, rules, legacy: false };
+  return { id: 'app', name: 'app', type: 'private', keys: ['k'.repeat(16)], permissions, rules, legacy: false, allowed_origins: [] };
 }
 
 t.test('the search scope admits exactly the containers search is granted on', async (t) => {
