@@ -24,6 +24,7 @@ COPY package.json ./
 COPY bin ./bin
 COPY config ./config
 COPY reactors ./reactors
+COPY public ./public
 # The embedded store's file lives here; mount a volume to keep it (and back it up with the master key).
 RUN mkdir -p /app/data && chown node:node /app/data
 USER node

@@ -22,6 +22,7 @@ import { closeSilentConnections } from './http/connections.js';
 import { Idempotency } from './http/idempotency.js';
 import type { Route } from './http/context.js';
 import { CorsPolicy } from './http/cors.js';
+import { elementsRoutes } from './elements/routes.js';
 import { createPipeline, createUpgradeHandler, type PipelineOptions } from './http/pipeline.js';
 import { createLogger, type Logger } from './log.js';
 import { compileModel, ModelRef, type Model } from './model/compile.js';
@@ -143,9 +144,10 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       const outbound = new OutboundProxy({
         egress: new EgressPolicy(model.config.tenants), detokenizer, bodyLimit: server.body_limit_bytes, maxDepth: server.max_depth,
       });
+      const cors = new CorsPolicy(model.config.tenants);
       const routes: Route[] = idempotency.wrap([
         ...healthRoutes(store, () => draining), ...tokenRoutes(tokens), ...managementRoutes(), ...reactorRoutes(reactors.runtime, tokens, detokenizer), ...proxyRoutes(proxies, outbound),
-        ...detokenizeRoutes(detokenizer, audit), ...metricsHttp.routes,
+        ...detokenizeRoutes(detokenizer, audit), ...metricsHttp.routes, ...elementsRoutes(model.keys, cors),
       ]);
       routes.push(...openApiRoutes(() => routes));
       const pipelineOptions: PipelineOptions = {
@@ -155,7 +157,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
         bodyLimit: server.body_limit_bytes,
         maxDepth: server.max_depth,
         clientIp: model.clientIp,
-        cors: new CorsPolicy(model.config.tenants),
+        cors,
         rateLimits,
         metrics,
         linger: {
