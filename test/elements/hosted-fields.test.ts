@@ -114,6 +114,57 @@ t.test('a shop page collects a card through the hosted field', { skip }, async (
   t.equal(await field.locator('#number').inputValue(), '', 'clear() empties the number');
 });
 
+t.test('a composite body: a card field and a text field in one /tokenize', { skip }, async (t) => {
+  let tpBase = '';
+  const shop = await pageServer(t, () => ({
+    '/checkout': `<!doctype html><html><body><div id="card"></div><div id="note"></div>
+<script src="${tpBase}/elements/v1/elements.js"></script>
+<script>
+  const el = TokenproxyElements.init({ baseUrl: '${tpBase}', apiKey: '${KEYS.public}' });
+  const card = el.create('card');
+  const note = el.create('text', { type: 'token', placeholder: 'Note' });
+  card.mount('#card');
+  note.mount('#note');
+  window.fields = { card, note };
+  window.doTokenize = () => el.tokenize({ a: card, b: note, c: 'plain' });
+</script></body></html>`,
+  }));
+  const cfg = baseConfig() as { tenants: Array<{ applications: Array<Record<string, unknown>> }> };
+  cfg.tenants[0]!.applications.find((a) => a.id === APP_PUBLIC)!.allowed_origins = [shop];
+  const svc = await startTestService(t, { config: cfg });
+  tpBase = svc.url.replace('127.0.0.1', 'localhost');
+  const browser = await launchBrowser(t);
+  const page = await browser.newPage();
+  await page.goto(`${shop}/checkout`);
+  const fixed = randomCard('55', 16);
+  const cardFrame = page.frameLocator('#card iframe');
+  await cardFrame.locator('#number').pressSequentially(fixed, { delay: 5 });
+  await cardFrame.locator('#exp').pressSequentially('0730', { delay: 5 });
+  await cardFrame.locator('#cvc').pressSequentially('123', { delay: 5 });
+  const noteFrame = page.frameLocator('#note iframe');
+  t.equal(await noteFrame.locator('#value').getAttribute('placeholder'), 'Note', 'the placeholder option');
+  await noteFrame.locator('#value').pressSequentially('deliver to the back door', { delay: 2 });
+  const out = (await page.evaluate(() => (window as unknown as { doTokenize(): Promise<Record<string, unknown>> }).doTokenize())) as Record<string, Record<string, unknown> | string>;
+  t.equal((out.a as Record<string, unknown>).type, 'card', 'the bare card field became a card token');
+  t.match(out.b, /^[0-9a-f-]{36}$/, 'the text field became a token id');
+  t.match(out.c, /^[0-9a-f-]{36}$/, 'a plain string in the body is tokenized as /tokenize does');
+  const a = await svc.call('GET', `/tokens/${(out.a as Record<string, unknown>).id as string}`, { key: KEYS.private });
+  t.equal(a.body.data.number, fixed, 'the card read back');
+  t.equal(a.body.data.expiration_year, 2030, 'MMYY typed becomes month 07, year 2030');
+  const b = await svc.call('GET', `/tokens/${out.b as string}`, { key: KEYS.private });
+  t.equal(b.body.data, 'deliver to the back door', 'the text read back');
+
+  // An incomplete field: nothing is sent, the promise rejects with `incomplete`.
+  await page.evaluate(() => (window as unknown as { fields: { note: { clear(): void } } }).fields.note.clear());
+  const refused = await page.evaluate(() => (window as unknown as { doTokenize(): Promise<unknown> }).doTokenize().then(() => 'resolved', (e: { problem?: { code?: string } }) => e.problem?.code ?? 'no code'));
+  t.equal(refused, 'incomplete', 'an empty field: the tokenize promise rejects with incomplete');
+  const list = await svc.call('GET', '/tokens?size=100', { key: KEYS.private });
+  t.equal(list.body.data.length, 3, 'and nothing more was created');
+
+  await page.evaluate(() => (window as unknown as { fields: { card: { unmount(): void } } }).fields.card.unmount());
+  t.equal(await page.locator('#card iframe').count(), 0, 'unmount() removes the frame');
+});
+
 t.test('a page on a third origin can neither frame the field nor use the key', { skip }, async (t) => {
   let tp = '';
   const shop = await pageServer(t, () => ({}));
