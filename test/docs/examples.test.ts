@@ -17,6 +17,7 @@ import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, wr
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { examples, matches } from './extract.js';
+import { routesTable, withRoutesTable, type OpenApiDoc } from './api-table.js';
 import { waitFor } from '../helpers/wait.js';
 
 // A build, a service start and some fifty commands, on a machine that may be loaded.
@@ -106,6 +107,13 @@ t.test('every shell example in README.md and docs/ runs and prints what the doc 
     timeoutMs: 120_000,
     what: 'tokenproxy listens',
   });
+
+  // docs/api.md's route table is the running service's OpenAPI document (DOCS_WRITE=1 rewrites it).
+  const doc = (await (await fetch(`http://127.0.0.1:${port}/openapi.json`)).json()) as OpenApiDoc;
+  const api = readFileSync('docs/api.md', 'utf8');
+  const current = withRoutesTable(api, routesTable(doc));
+  if (process.env.DOCS_WRITE === '1' && current !== api) writeFileSync('docs/api.md', current);
+  else t.equal(api, current, 'docs/api.md lists every route as GET /openapi.json does (DOCS_WRITE=1 npx tap test/docs/examples.test.ts rewrites it)');
 
   const toReal = (s: string) => s.replace(/(127\.0\.0\.1|localhost):8080/g, `$1:${port}`).replaceAll('127.0.0.1:9090', `127.0.0.1:${upPort}`);
   const toDoc = (s: string) => s.replaceAll(`127.0.0.1:${port}`, '127.0.0.1:8080').replaceAll(`localhost:${port}`, 'localhost:8080').replaceAll(`127.0.0.1:${upPort}`, '127.0.0.1:9090');
