@@ -111,3 +111,15 @@ t.test('docs/configuration.md lists every environment variable the service reads
   const listed = [...section.matchAll(/^\| `([A-Z][A-Z0-9_]*)` \|/gm)].map((m) => m[1]!);
   t.same(listed.sort(), [...read].sort());
 });
+
+t.test('a command in the docs is in a sh block, which the docs test runs (issue 29)', async (t) => {
+  // An untagged or text block that starts with a command would escape test/docs/examples.test.ts.
+  const command = /^\s*(\$ )?(curl|npx|npm|node|tokenproxy|sqlite3|redis-cli|pg_dump|systemctl|kill|export)\b/;
+  const found: string[] = [];
+  for (const file of DOCS) {
+    for (const m of readFileSync(file, 'utf8').matchAll(/^( *)```(\S*)\n([^\n]*)/gm)) {
+      if (!['sh', 'bash'].includes(m[2]!) && command.test(m[3]!)) found.push(`${file}: \`\`\`${m[2]} ${m[3]}`);
+    }
+  }
+  t.same(found, []);
+});
