@@ -128,7 +128,7 @@ t.test('every shell example in README.md and docs/ runs and prints what the doc 
         let stdout = '';
         p.child.stdout!.on('data', (d: Buffer) => (stdout += d));
         const code = await exited(p, 120_000);
-        t.equal(code, 0, `exits 0\n--- the block:\n${ex.code}\n--- its output:\n${p.output()}`);
+        t.equal(code, 0, 'exits 0', { block: ex.code, output: p.output() });
         if (ex.expected) {
           const actual = toDoc(stdout);
           t.ok(matches(ex.expected.text, actual, ex.expected.json), 'prints what the doc shows', { found: actual, wanted: ex.expected.text });
