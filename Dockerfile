@@ -1,7 +1,7 @@
 # tokenproxy container image: `docker build -t tokenproxy .`
 # Stage 1 builds the native modules (isolated-vm, better-sqlite3: python3, make, g++) and the
 # TypeScript; stage 2 carries only what runs, as a non-root user. Node 24 (the active LTS): the
-# optional dependencies pick the isolated-vm and better-sqlite3 builds for it (see README).
+# optional dependencies pick the isolated-vm and better-sqlite3 builds for it (see docs/getting-started.md).
 ARG NODE_VERSION=24
 
 FROM node:${NODE_VERSION}-slim AS build

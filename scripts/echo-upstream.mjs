@@ -5,7 +5,7 @@
 import { createServer } from 'node:http';
 
 const port = Number(process.env.PORT ?? 9090);
-createServer((req, res) => {
+const server = createServer((req, res) => {
   const chunks = [];
   req.on('data', (c) => chunks.push(c));
   req.on('end', () => {
@@ -27,4 +27,6 @@ createServer((req, res) => {
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
     res.end(body);
   });
-}).listen(port, '127.0.0.1', () => console.log(`echo upstream on http://127.0.0.1:${port}`));
+});
+// PORT=0 takes a free port; the line names the real one (the docs test reads it, issue 29).
+server.listen(port, '127.0.0.1', () => console.log(`echo upstream on http://127.0.0.1:${server.address().port}`));

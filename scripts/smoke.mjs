@@ -1,6 +1,7 @@
 // Smoke test of a fresh install, as a new user runs it: `npm start` on the embedded defaults, then
-// the README's examples (tokenize, read the card back, a reactor, the inbound and outbound proxy
-// walkthroughs with scripts/echo-upstream.mjs on :9090). Used by .ci/run on each Node version; run
+// the first steps of the README and docs/getting-started.md (tokenize, read the card back, a
+// reactor, the inbound and outbound proxy walkthroughs with scripts/echo-upstream.mjs on :9090).
+// test/docs/examples.test.ts runs the documents' own commands; this script needs only Node. Used by .ci/run on each Node version; run
 // it from the repository root after `npm ci`: `node scripts/smoke.mjs`. Exits 0 when every answer
 // is as the README shows, 1 with the first difference otherwise. Plain Node, no dependencies.
 import { spawn } from 'node:child_process';
@@ -96,7 +97,7 @@ try {
   check(r.status === 200 && token.data?.number === CARD, 'GET /tokens/{id} reveals the card to the development key', r.status);
   check(token.data?.cvc === undefined, 'the cvc is never returned');
 
-  // README "Idempotent retries": the same call twice, the second a replay.
+  // docs/api.md "Idempotent retries": the same call twice, the second a replay.
   const idem = { ...headers, 'SVC-IDEMPOTENCY-KEY': `order-${Date.now()}` };
   const first = await fetch(`${base}/tokenize`, { method: 'POST', headers: idem, body: '{"email":"a@example.com"}' });
   const again = await fetch(`${base}/tokenize`, { method: 'POST', headers: idem, body: '{"email":"a@example.com"}' });

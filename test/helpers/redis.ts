@@ -1,6 +1,6 @@
 /**
  * A real redis-server for a test file: started on a free port in a temporary directory
- * (AOF with appendfsync always, as docs/README require for durability), stopped on teardown.
+ * (AOF with appendfsync always, as docs/storage.md requires for durability), stopped on teardown.
  *
  * REDIS_URL set: that server is used instead (each test still gets its own key prefix).
  * TOKENPROXY_REQUIRE_REDIS=1 (set by .ci/run): a missing redis-server fails instead of skipping.

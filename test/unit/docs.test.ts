@@ -1,7 +1,8 @@
 /**
- * The README's error table matches the catalogue; the committed JSON Schema and configuration
- * reference match the zod schema; README, SECURITY.md and docs/ link only inside the repository;
- * the README's environment-variable table matches what src/ reads.
+ * The error table of docs/api.md matches the catalogue; the committed JSON Schema and configuration
+ * reference match the zod schema; README, SECURITY.md, CHANGELOG.md and docs/ link only inside the
+ * repository, and every link and anchor resolves; the README is short and links every guide (issue
+ * 29); the environment-variable table of docs/configuration.md matches what src/ reads.
  */
 import t from 'tap';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -10,8 +11,8 @@ import { catalogue } from '../../src/errors.js';
 import { configJsonSchemaText } from '../../src/config/json-schema.js';
 import { referenceRows, withReference } from '../../src/config/reference.js';
 
-t.test('README lists every error code with its status and title, and no other', async (t) => {
-  const readme = readFileSync('README.md', 'utf8');
+t.test('docs/api.md lists every error code with its status and title, and no other', async (t) => {
+  const readme = readFileSync('docs/api.md', 'utf8');
   const rows = [...readme.matchAll(/^\| `([a-z_]+)` \| (\d{3}) \| (.+?) \|$/gm)].map((m) => [m[1], Number(m[2]), m[3]]);
   const expected = Object.entries(catalogue).map(([code, v]) => [code, v.status, v.title]);
   t.same(rows, expected);
@@ -25,7 +26,7 @@ t.test('config/tokenproxy.schema.json is up to date (npm run schema)', async (t)
 // The README and docs/ stand alone (issue 13): generated tables current, links inside the repo.
 // ---------------------------------------------------------------------------------------------
 
-const DOCS = ['README.md', 'SECURITY.md', ...readdirSync('docs').filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+const DOCS = ['README.md', 'SECURITY.md', 'CHANGELOG.md', ...readdirSync('docs').filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
 
 /** Markdown text without fenced code blocks and inline code (neither holds links). */
 function prose(md: string): string {
@@ -52,7 +53,7 @@ t.test('docs/configuration.md holds the current configuration reference (npm run
   t.ok(referenceRows().length > 50, 'the table walks into tenants, applications, proxies and transforms');
 });
 
-t.test('no link in README.md, SECURITY.md or docs/ points outside the repository, and every one resolves', async (t) => {
+t.test('no link in README.md, SECURITY.md, CHANGELOG.md or docs/ points outside the repository, and every one resolves', async (t) => {
   for (const file of DOCS) {
     const text = prose(readFileSync(file, 'utf8'));
     t.same([...text.matchAll(/\bhttps?:\/\/[^\s)>]+/g)].map((m) => m[0]), [], `${file}: no URL outside code`);
@@ -85,7 +86,14 @@ t.test('nothing in the repository names a document outside it', async (t) => {
   t.same(files.filter((f) => outside.test(readFileSync(f, 'utf8'))), []);
 });
 
-t.test('the README lists every environment variable the service reads, and no other', async (t) => {
+t.test('the README fits on a few screens and links every guide (issue 29)', async (t) => {
+  const readme = readFileSync('README.md', 'utf8');
+  t.ok(readme.split('\n').length <= 160, `README.md has ${readme.split('\n').length} lines (at most 160)`);
+  const linked = new Set([...prose(readme).matchAll(/\]\(([^)#\s]+)/g)].map((m) => m[1]));
+  for (const doc of [...DOCS.filter((f) => f.startsWith('docs/')), 'SECURITY.md', 'CHANGELOG.md']) t.ok(linked.has(doc), `README links ${doc}`);
+});
+
+t.test('docs/configuration.md lists every environment variable the service reads, and no other', async (t) => {
   const read = new Set<string>();
   const walk = (dir: string): void => {
     for (const e of readdirSync(dir, { withFileTypes: true })) {
@@ -96,10 +104,22 @@ t.test('the README lists every environment variable the service reads, and no ot
   };
   walk('src');
   t.ok(read.has('TOKENPROXY_MASTER_KEY'), 'the scan finds the variables');
-  const readme = readFileSync('README.md', 'utf8');
-  const start = readme.indexOf('\n### Environment variables\n');
-  t.ok(start > 0, 'README has the section');
+  const readme = readFileSync('docs/configuration.md', 'utf8');
+  const start = readme.indexOf('\n## Environment variables\n');
+  t.ok(start > 0, 'docs/configuration.md has the section');
   const section = readme.slice(start, readme.indexOf('\n#', start + 2));
   const listed = [...section.matchAll(/^\| `([A-Z][A-Z0-9_]*)` \|/gm)].map((m) => m[1]!);
   t.same(listed.sort(), [...read].sort());
+});
+
+t.test('a command in the docs is in a sh block, which the docs test runs (issue 29)', async (t) => {
+  // An untagged or text block that starts with a command would escape test/docs/examples.test.ts.
+  const command = /^\s*(\$ )?(curl|npx|npm|node|tokenproxy|sqlite3|redis-cli|pg_dump|systemctl|kill|export)\b/;
+  const found: string[] = [];
+  for (const file of DOCS) {
+    for (const m of readFileSync(file, 'utf8').matchAll(/^( *)```(\S*)\n([^\n]*)/gm)) {
+      if (!['sh', 'bash'].includes(m[2]!) && command.test(m[3]!)) found.push(`${file}: \`\`\`${m[2]} ${m[3]}`);
+    }
+  }
+  t.same(found, []);
 });
