@@ -9,9 +9,10 @@
  */
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { parse as parseYaml } from 'yaml';
+import { parseDocument } from 'yaml';
 import type { z } from 'zod';
 import { MAX_CODE_LENGTH } from './limits.js';
+import { yamlProblems } from './yaml-error.js';
 import { configSchema, PUBLIC_PERMISSIONS, TYPE_ONLY_PERMISSIONS, type Config } from './schema.js';
 
 export { MAX_CODE_LENGTH };
@@ -67,12 +68,11 @@ export function loadConfigFile(opts: LoadOptions = {}): LoadedConfig {
   } catch (err) {
     throw new ConfigError([`${path}: cannot read the config file (${(err as NodeJS.ErrnoException).code ?? 'error'})`]);
   }
-  let raw: unknown;
-  try {
-    raw = parseYaml(text);
-  } catch (err) {
-    throw new ConfigError([`${path}: not valid YAML or JSON: ${(err as Error).message.split('\n')[0]}`]);
-  }
+  // Issue 29: every problem with its line and a caret (config/yaml-error.ts), not the parser's
+  // message, which quotes the file and ended on a dangling colon once cut to its first line.
+  const doc = parseDocument(text, { prettyErrors: false });
+  if (doc.errors.length > 0) throw new ConfigError(yamlProblems(path, text, doc.errors));
+  const raw: unknown = doc.toJS();
   return buildConfig(raw ?? {}, { source: path, env, checks: opts.checks });
 }
 
