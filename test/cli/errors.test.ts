@@ -7,7 +7,7 @@
  */
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCli, type Io } from '../../src/cli.js';
@@ -129,6 +129,18 @@ t.test('a master key that is not the store\'s: where it was read from, which set
     name: 'MasterKeyMismatchError',
     message: `the master key does not match the store: ${ids}. The master key was read from TOKENPROXY_MASTER_KEY (which takes precedence over secrets.master_key_file and the development key): check that it holds the key this store was first used with, or that store.path (${store}) names the store this key belongs to`,
   });
+
+  // Neither the variable nor a key file: the development key, created beside the store (the first-hour case reversed).
+  const devConfig = buildConfig({ ...baseConfig(), store: { kind: 'embedded', path: store } }, { env: {} });
+  const devError = await startService(devConfig, { log: createLogger('silent') }).then(
+    async (svc) => {
+      await svc.close();
+      return null;
+    },
+    (err: unknown) => err as Error,
+  );
+  const devKey = Buffer.from(readFileSync(join(dataDir, 'master.key'), 'utf8').trim(), 'base64');
+  t.equal(devError?.message, `the master key does not match the store: data key k1 was wrapped by master key ${masterKeyId(first)}, this master key is ${masterKeyId(devKey)}. The master key was read from the development master key ${join(dataDir, 'master.key')} (neither TOKENPROXY_MASTER_KEY nor secrets.master_key_file is set): check that it holds the key this store was first used with, or that store.path (${store}) names the store this key belongs to`);
 
   const keyFile = join(dir, 'other.key');
   writeFileSync(keyFile, other.toString('base64'), { mode: 0o600 });
