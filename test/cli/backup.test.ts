@@ -1,9 +1,9 @@
 /**
  * Issue 29: `tokenproxy backup FILE` and `tokenproxy restore FILE` for the embedded store.
  *
- * A real service writes tokens the whole time the backup runs; the backup (made with umask 000)
- * is 0600; restored into a fresh data directory, a new service with the same master key reads
- * every token acknowledged before the backup started. The refusals (exit 2) and failures (exit 1)
+ * A real service writes tokens the whole time the backup runs (in this process, and as a separate
+ * process); the backup (made with umask 000) is 0600; restored into a fresh data directory, a new
+ * service with the same master key reads every token acknowledged before the backup started. The refusals (exit 2) and failures (exit 1)
  * on their exact text: a missing directory, a file in the way without --force, no FILE, a store
  * that is not embedded, a service that runs (by its pid file, and by its lock on the store, as a
  * separate process), a file that is not SQLite or not a tokenproxy store: nothing replaced then.
@@ -17,7 +17,7 @@ import { runCli, type Io } from '../../src/cli.js';
 import { masterKeyId } from '../../src/crypto/keyring.js';
 import { Sqlite } from '../../src/store/sqlite.js';
 import { startChild, writeConfig } from '../helpers/process.js';
-import { baseConfig, startTestService } from '../helpers/service.js';
+import { baseConfig, KEYS, startTestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
 // The child-process service compiles the TypeScript again: seconds on a busy machine.
@@ -211,4 +211,54 @@ t.test('restore refuses while the service runs: by its pid file, and by its open
   const stopped = await cli(['restore', file, '--force', '--config', withPid]);
   t.equal(stopped.code, 0, `once stopped, --force restores: ${stopped.stderr}`);
   t.not(digest(runStore), before);
+});
+
+t.test('backup of a service in another process that keeps writing; restored, every acknowledged token reads back', async (t) => {
+  const dir = join(root, 'other-process');
+  mkdirSync(dir);
+  const childStore = join(dir, 'tokens.db');
+  const child = await startChild(configFor('other-process.json', childStore), { TOKENPROXY_MASTER_KEY: masterKey });
+  t.teardown(() => child.stop());
+  const post = (values: string[]) => fetch(`${child.url}/tokenize`, {
+    method: 'POST', headers: { 'content-type': 'application/json', 'svc-api-key': KEYS.private }, body: JSON.stringify(values),
+  });
+  const before = new Map<string, string>();
+  for (let batch = 0; batch < 2; batch++) {
+    const values = Array.from({ length: 50 }, (_, i) => `child-${batch}-${i}`);
+    const r = await post(values);
+    t.equal(r.status, 200);
+    ((await r.json()) as string[]).forEach((id, i) => before.set(id, values[i]!));
+  }
+  let stop = false;
+  let written = 0;
+  const writer = (async () => {
+    for (let n = 0; !stop; n++) {
+      const r = await post(Array.from({ length: 50 }, (_, i) => `child-during-${n}-${i}`));
+      await r.arrayBuffer();
+      if (r.status !== 200) throw new Error(`a write during the backup failed: ${r.status}`);
+      written++;
+    }
+  })();
+  await waitFor(() => written >= 1, { what: 'the writer wrote', timeoutMs: 60_000 });
+  const file = join(backups, 'other-process.db');
+  const r = await cli(['backup', file, '--config', configFor('other-process.json', childStore)]);
+  const during = written;
+  await waitFor(() => written > during, { what: 'the writer wrote after the backup', timeoutMs: 60_000 });
+  stop = true;
+  await writer;
+  t.equal(r.code, 0, r.stderr);
+  await child.stop();
+
+  const restoredDir = join(root, 'other-process-restored');
+  const restored = await cli(['restore', file, '--config', configFor('other-process-restored.json', join(restoredDir, 'tokens.db'))]);
+  t.equal(restored.code, 0, restored.stderr);
+  const again = await startTestService(t, { dataDir: restoredDir, masterKey });
+  let read = 0;
+  for (const [id, value] of before) {
+    const got = await again.call('GET', `/tokens/${id}`);
+    if (got.status === 200 && got.body.data === value) read++;
+    else t.fail(`token ${id}: ${got.status} ${got.text}`);
+  }
+  t.equal(read, before.size, `all ${before.size} tokens acknowledged before the backup read back`);
+  await again.svc.close();
 });
