@@ -72,7 +72,14 @@ export function loadConfigFile(opts: LoadOptions = {}): LoadedConfig {
   // message, which quotes the file and ended on a dangling colon once cut to its first line.
   const doc = parseDocument(text, { prettyErrors: false });
   if (doc.errors.length > 0) throw new ConfigError(yamlProblems(path, text, doc.errors));
-  const raw: unknown = doc.toJS();
+  let raw: unknown;
+  try {
+    raw = doc.toJS();
+  } catch (err) {
+    // An alias without its anchor is found only here (a ReferenceError that quotes the alias's name).
+    const alias = err instanceof ReferenceError && err.message.startsWith('Unresolved alias');
+    throw new ConfigError([`${path}: not valid YAML or JSON: ${alias ? 'an alias (*name) names an anchor (&name) that is not set before it' : 'the document cannot be read as data'}`]);
+  }
   return buildConfig(raw ?? {}, { source: path, env, checks: opts.checks });
 }
 

@@ -9,7 +9,7 @@
  * The line goes where the rest of a ConfigError goes: stderr, and the service log when a reload
  * refuses the file. A config line may hold a secret (a key written in plaintext, a password in a
  * URL, a reactor's configuration), so only its shape is shown: indentation, `- ` and the member's
- * name before its colon as written, and of the rest only YAML's punctuation, every other
+ * name before its colon as written (and a `---` or `...` line), and of the rest only YAML's punctuation, every other
  * character as `*` (one per character, so the caret still points at the right column). For the
  * same reason the parser's messages that would quote the file are cut to their fixed words.
  */
@@ -25,6 +25,8 @@ const KEPT = new Set([...' \t:,[]{}"\'#']);
 
 /** The line's shape: what is kept is described above; it has as many characters as the line. */
 export function maskLine(line: string): string {
+  // A document marker is structure only.
+  if (/^(?:---|\.\.\.)[ \t]*$/.test(line)) return line;
   const lead = /^[ \t]*(?:-[ \t]+)*/.exec(line)![0];
   const rest = line.slice(lead.length);
   const key = /^(?:[A-Za-z0-9_.$/-]+|"[^"\\]*"|'[^']*')[ \t]*:(?=[ \t]|$)/.exec(rest)?.[0] ?? '';
@@ -35,6 +37,7 @@ export function maskLine(line: string): string {
 /** The parser's message without text of the file (the messages of yaml 2.x that interpolate it). */
 function reason(err: YAMLError): string {
   const m = err.message;
+  if (err.code === 'MULTIPLE_DOCS') return 'the file holds more than one YAML document (a second ---); the config is one document';
   if (err.code === 'BAD_DQ_ESCAPE') return 'Invalid escape sequence in a double-quoted string';
   if (err.code === 'TAG_RESOLVE_FAILED') return 'Unresolved tag';
   if (m.startsWith('Block scalar header includes extra characters')) return 'Block scalar header includes extra characters';

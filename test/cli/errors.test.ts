@@ -67,6 +67,20 @@ t.test('a YAML syntax error: file:line:column, the reason, the line with a caret
   ].join('\n'), 'JSON: a line that starts with { shows only its punctuation');
 });
 
+t.test('two documents, and an alias without its anchor', async (t) => {
+  const two = await checkYaml('two.yaml', 'server:\n  port: 8080\n---\nlog:\n  level: info\n');
+  t.equal(two.stderr, [
+    `tokenproxy: invalid configuration:`,
+    `  ${two.path}:3:1: not valid YAML or JSON: the file holds more than one YAML document (a second ---); the config is one document`,
+    `    3 | ---`,
+    `      | ^`,
+    '',
+  ].join('\n'));
+  const alias = await checkYaml('alias.yaml', 'server: *defaults\n');
+  t.equal(alias.code, 1);
+  t.equal(alias.stderr, `tokenproxy: invalid configuration:\n  ${alias.path}: not valid YAML or JSON: an alias (*name) names an anchor (&name) that is not set before it\n`);
+});
+
 t.test('the line shows its shape, not its values: a key on it stays out of stderr and of the reload log', async (t) => {
   const secret = 'sk_live_0123456789abcdefghij';
   const text = `tenants:\n  - id: x\n    applications:\n      - keys: ${secret}: x\n        name: "a\\qb"\n`;
