@@ -8,6 +8,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { sha256 } from './auth/keys.js';
 import { ConfigError, type LoadedConfig } from './config/load.js';
@@ -39,6 +40,8 @@ interface Command {
   summary: string;
   usage: string;
   options: Options;
+  /** The one positional argument the command takes, put into `values` under this name (backup FILE). */
+  positional?: string;
   /** Returns an exit code, or null when it keeps the process running (start). */
   run(values: Values, io: Io): Promise<number | null> | number | null;
 }
@@ -367,6 +370,76 @@ const commands: Record<string, Command> = {
       return verifyTenantAudit(config, { tenantId: tenant, expect, allowUnanchored: values['allow-unanchored'] === true }, io);
     },
   },
+  backup: {
+    summary: 'copy the embedded store to a file, while the service runs',
+    usage: `tokenproxy backup FILE [--force] [--config PATH]\n\nCopies the embedded store of the config (store.path) to FILE with SQLite's online backup, while the\nservice runs and writes: the copy holds every token written before the command started. FILE is\ncreated with mode 0600 (whatever the umask) in a directory that must exist; an existing FILE is\nreplaced only with --force. The copy is one self-contained SQLite file. It is readable only with\nthe master key, which is not in it: back the key up too, apart from the copy. Redis and PostgreSQL\nstores are backed up with their own tools (see the operations guide).\n\nExit 0: copied; 1: the copy failed (the store is missing or unreadable); 2: usage error, a missing\ndirectory, FILE exists without --force, or a store that is not embedded.\n\n  -f, --force         replace FILE if it exists\n${CONFIG_HELP}`,
+    options: { ...configOption, force: { type: 'boolean', short: 'f' } },
+    positional: 'file',
+    async run(values, io) {
+      const file = values.file as string | undefined;
+      if (!file) {
+        io.err('tokenproxy backup: give the FILE to write, e.g. tokenproxy backup /var/backups/tokenproxy/tokens-$(date +%F).db; see tokenproxy backup --help\n');
+        return EXIT_USAGE;
+      }
+      const config = loadConfig(values, io);
+      if (!config) return EXIT_FAILED;
+      const { backupStore, BackupRefusedError } = await import('./store/embedded-backup.js');
+      const { resolveStorePath } = await import('./store/factory.js');
+      if (config.store.kind !== 'embedded') {
+        io.err(`tokenproxy backup: the store is ${config.store.kind}, not embedded: back it up with ${config.store.kind === 'redis' ? "Redis's" : "PostgreSQL's"} own tools (the operations guide shows how)\n`);
+        return EXIT_USAGE;
+      }
+      const store = resolveStorePath(config.store);
+      const target = resolve(file);
+      try {
+        const r = await backupStore(store, target, { force: values.force === true });
+        io.out(`backed up ${store} to ${target} (${r.bytes} bytes, mode 0600); keep the master key apart from it: the copy cannot be read without it\n`);
+        return EXIT_OK;
+      } catch (err) {
+        io.err(`tokenproxy backup: ${(err as Error).message}\n`);
+        return err instanceof BackupRefusedError ? EXIT_USAGE : EXIT_FAILED;
+      }
+    },
+  },
+  restore: {
+    summary: "put a backup in place of a stopped service's embedded store",
+    usage: `tokenproxy restore FILE [--force] [--config PATH]\n\nReplaces the embedded store of the config (store.path) with the backup FILE (made by tokenproxy\nbackup, or SQLite's .backup). The service must be stopped: the command refuses while the pid file\n(server.pid_file) names a running process or while any process has the store open. An existing\nstore is replaced only with --force. FILE must open as SQLite, pass its quick_check and hold a\ntokenproxy store before anything is replaced; the store is written with mode 0600 and its directory\ncreated (0700) if missing. Start the service with the master key the backup was made under (its\nid is printed).\n\nExit 0: restored; 1: FILE is not a usable tokenproxy store (nothing was replaced) or the copy failed;\n2: usage error, FILE missing, the service runs, a store exists without --force, or a store that is\nnot embedded.\n\n  -f, --force         replace the existing store\n${CONFIG_HELP}`,
+    options: { ...configOption, force: { type: 'boolean', short: 'f' } },
+    positional: 'file',
+    async run(values, io) {
+      const file = values.file as string | undefined;
+      if (!file) {
+        io.err('tokenproxy restore: give the backup FILE to restore; see tokenproxy restore --help\n');
+        return EXIT_USAGE;
+      }
+      const config = loadConfig(values, io);
+      if (!config) return EXIT_FAILED;
+      const { restoreStore, BackupRefusedError } = await import('./store/embedded-backup.js');
+      const { resolveStorePath } = await import('./store/factory.js');
+      if (config.store.kind !== 'embedded') {
+        io.err(`tokenproxy restore: the store is ${config.store.kind}, not embedded: restore it with ${config.store.kind === 'redis' ? "Redis's" : "PostgreSQL's"} own tools (the operations guide shows how)\n`);
+        return EXIT_USAGE;
+      }
+      if (config.store.path === ':memory:') {
+        io.err('tokenproxy restore: store.path is :memory:, there is no file to restore into\n');
+        return EXIT_USAGE;
+      }
+      const store = resolveStorePath(config.store);
+      try {
+        const r = restoreStore(resolve(file), store, { force: values.force === true, pidFile: config.server.pid_file });
+        io.out(
+          `restored ${resolve(file)} to ${store} (${r.tokens} token(s), schema version ${r.schemaVersion}); ` +
+            (r.masterKeyIds.length > 0
+              ? `start the service with the master key it was made under (id ${r.masterKeyIds.join(', ')}: a start with another key fails naming both ids)\n`
+              : 'it holds no data key: no service had used it\n'),
+        );
+        return EXIT_OK;
+      } catch (err) {
+        io.err(`tokenproxy restore: ${(err as Error).message}\n`);
+        return err instanceof BackupRefusedError ? EXIT_USAGE : EXIT_FAILED;
+      }
+    },
+  },
   'gen-master-key': {
     summary: 'generate a new master key (base64 of 32 random bytes)',
     usage: 'tokenproxy gen-master-key\n\nPrints a new master key for TOKENPROXY_MASTER_KEY or secrets.master_key_file. Keep it out of the\nrepository and back it up apart from the store: without it no token can be read.',
@@ -428,12 +501,22 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
   }
   const rest = named ? argv.slice(1) : argv;
   let values: Values;
+  let positionals: string[];
   try {
-    ({ values } = parseArgs({ args: rest, options: { ...cmd.options, help: { type: 'boolean', short: 'h' } }, strict: true, allowPositionals: false }));
+    ({ values, positionals } = parseArgs({
+      args: rest, options: { ...cmd.options, help: { type: 'boolean', short: 'h' } }, strict: true, allowPositionals: cmd.positional !== undefined,
+    }));
   } catch (err) {
     // parseArgs' messages name the option only (never a value worth hiding); drop its hint lines.
     io.err(`tokenproxy ${name}: ${(err as Error).message.split('\n')[0]}; see tokenproxy ${name} --help\n`);
     return EXIT_USAGE;
+  }
+  if (cmd.positional !== undefined) {
+    if (positionals.length > 1) {
+      io.err(`tokenproxy ${name}: give one ${cmd.positional.toUpperCase()}, not ${positionals.length} arguments; see tokenproxy ${name} --help\n`);
+      return EXIT_USAGE;
+    }
+    values = { ...values, [cmd.positional]: positionals[0] };
   }
   if (values.help) {
     io.out(`${cmd.usage}\n`);

@@ -9,7 +9,8 @@ import { dirname } from 'node:path';
 import { anchorSigner, formatHead } from '../crypto/audit-anchor.js';
 import type { LoadedConfig } from '../config/load.js';
 import { masterKeyId } from '../crypto/keyring.js';
-import { loadMasterKey } from '../crypto/master-key.js';
+import { loadMasterKey, masterKeyMismatchHint } from '../crypto/master-key.js';
+import { storeSetting } from '../crypto/open.js';
 import { AuditTrail } from './trail.js';
 import type { AuditHead } from '../store/audit.js';
 import { assertStoreExists, createStore, resolveStorePath } from '../store/factory.js';
@@ -61,7 +62,10 @@ export async function verifyTenantAudit(config: LoadedConfig, req: VerifyAuditRe
     const keys = await store.listDataKeys();
     if (keys.length === 0) return fail(`the ${config.store.kind} store holds no data keys: no tokenproxy service has used it (check the store section of the config)`);
     // Data keys are wrapped as w1.<master key id>.…: a wrong master key would fail every anchor, say so plainly.
-    if (!keys.every((k) => k.wrapped.split('.')[1] === masterId)) return fail(`the master key (id ${masterId}) is not the one this store's data keys were wrapped with`);
+    if (!keys.every((k) => k.wrapped.split('.')[1] === masterId)) {
+      const source = { fromEnv: config.masterKeyFromEnv, file: config.secrets.master_key_file, dataDir: dirname(resolveStorePath(config.store)) };
+      return fail(`the master key (id ${masterId}) is not the one this store's data keys were wrapped with. ${masterKeyMismatchHint(source, storeSetting(config))}`);
+    }
     const head = await store.auditHead(tenantId);
     if (head === null && (await store.auditRange(tenantId, null, 1)).items.length === 0) {
       return fail(`tenant ${tenantId} has no audit chain head in the store: no event was ever written for it (or its whole trail was removed)`, 2);

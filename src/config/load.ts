@@ -9,9 +9,10 @@
  */
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { parse as parseYaml } from 'yaml';
+import { parseDocument } from 'yaml';
 import type { z } from 'zod';
 import { MAX_CODE_LENGTH } from './limits.js';
+import { yamlProblems } from './yaml-error.js';
 import { configSchema, PUBLIC_PERMISSIONS, TYPE_ONLY_PERMISSIONS, type Config } from './schema.js';
 
 export { MAX_CODE_LENGTH };
@@ -67,11 +68,17 @@ export function loadConfigFile(opts: LoadOptions = {}): LoadedConfig {
   } catch (err) {
     throw new ConfigError([`${path}: cannot read the config file (${(err as NodeJS.ErrnoException).code ?? 'error'})`]);
   }
+  // Issue 29: every problem with its line and a caret (config/yaml-error.ts), not the parser's
+  // message, which quotes the file and ended on a dangling colon once cut to its first line.
+  const doc = parseDocument(text, { prettyErrors: false });
+  if (doc.errors.length > 0) throw new ConfigError(yamlProblems(path, text, doc.errors));
   let raw: unknown;
   try {
-    raw = parseYaml(text);
+    raw = doc.toJS();
   } catch (err) {
-    throw new ConfigError([`${path}: not valid YAML or JSON: ${(err as Error).message.split('\n')[0]}`]);
+    // An alias without its anchor is found only here (a ReferenceError that quotes the alias's name).
+    const alias = err instanceof ReferenceError && err.message.startsWith('Unresolved alias');
+    throw new ConfigError([`${path}: not valid YAML or JSON: ${alias ? 'an alias (*name) names an anchor (&name) that is not set before it' : 'the document cannot be read as data'}`]);
   }
   return buildConfig(raw ?? {}, { source: path, env, checks: opts.checks });
 }

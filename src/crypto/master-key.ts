@@ -145,3 +145,18 @@ export function loadMasterKey(opts: LoadMasterKeyOptions): Buffer {
   }
   return devKey(opts.dataDir, opts.warn, opts.createDevKey !== false);
 }
+
+/**
+ * What to check when the store's data keys were wrapped by another master key (issue 29): where
+ * this key was read from (by the precedence of loadMasterKey) and which setting names the store.
+ * A common first-hour case: the service ran once on the development key, then TOKENPROXY_MASTER_KEY
+ * was set. Names sources and settings only, never a key or a URL (it may hold a password).
+ */
+export function masterKeyMismatchHint(opts: Pick<LoadMasterKeyOptions, 'fromEnv' | 'file' | 'dataDir'>, storeSetting: string): string {
+  const source = opts.fromEnv !== undefined
+    ? `${MASTER_KEY_ENV} (which takes precedence over secrets.master_key_file and the development key)`
+    : opts.file !== undefined
+      ? `the file ${opts.file} (secrets.master_key_file)`
+      : `the development master key ${join(opts.dataDir, DEV_KEY_FILE)} (neither ${MASTER_KEY_ENV} nor secrets.master_key_file is set)`;
+  return `The master key was read from ${source}: check that it holds the key this store was first used with, or that ${storeSetting} names the store this key belongs to`;
+}

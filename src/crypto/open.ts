@@ -9,7 +9,8 @@ import type { Logger } from '../log.js';
 import { assertStoreExists, createStore, resolveStorePath, StoreMissingError } from '../store/factory.js';
 import type { TokenStore } from '../store/types.js';
 import { KeyRing } from './keyring.js';
-import { loadMasterKey } from './master-key.js';
+import { MasterKeyMismatchError } from './errors.js';
+import { loadMasterKey, masterKeyMismatchHint } from './master-key.js';
 
 export interface OpenedRing {
   store: TokenStore;
@@ -29,19 +30,23 @@ export async function openStoreAndRing(
   const existing = opts.existing === true;
   // A missing store is named before the master key is looked for (which may be a development key next to it).
   if (existing) assertStoreExists(config.store);
-  const master = loadMasterKey({
-    fromEnv: config.masterKeyFromEnv,
-    file: config.secrets.master_key_file,
-    storeKind: config.store.kind,
-    dataDir: dirname(resolveStorePath(config.store)),
-    warn,
-    createDevKey: !existing,
-  });
+  const source = { fromEnv: config.masterKeyFromEnv, file: config.secrets.master_key_file, dataDir: dirname(resolveStorePath(config.store)) };
+  const master = loadMasterKey({ ...source, storeKind: config.store.kind, warn, createDevKey: !existing });
   try {
     return await openRing(config, master, log, wrap, existing);
+  } catch (err) {
+    // Issue 29: the key ring knows the key ids, this knows where the key came from: say what to check.
+    if (err instanceof MasterKeyMismatchError) throw new MasterKeyMismatchError(`${err.message}. ${masterKeyMismatchHint(source, storeSetting(config))}`);
+    throw err;
   } finally {
     master.fill(0);
   }
+}
+
+/** The settings that name the store, for a message (never the URL: it may hold a password). */
+export function storeSetting(config: LoadedConfig): string {
+  if (config.store.kind === 'embedded') return `store.path (${resolveStorePath(config.store)})`;
+  return config.store.kind === 'redis' ? 'store.url and store.key_prefix' : 'store.url';
 }
 
 async function openRing(config: LoadedConfig, master: Buffer, log: Logger, wrap: (store: TokenStore) => TokenStore, existing: boolean): Promise<OpenedRing> {

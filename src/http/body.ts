@@ -4,6 +4,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { ServiceError } from '../errors.js';
+import { invalidJsonDetail } from './json-error.js';
 import { LARGE_JSON_BYTES, LargeJsonBody, parseElsewhere, ReactorArgsJson } from './large-json.js';
 
 export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
@@ -85,17 +86,23 @@ export function jsonDepthExceeds(buf: Buffer, maxDepth: number): boolean {
  */
 export type LargeBodyMode = 'walked' | 'small' | 'args' | 'here';
 
+/** The media types isJsonType accepts, as a 415 names them. */
+export const JSON_MEDIA_TYPES: readonly string[] = ['application/json', 'application/*+json'];
+
 /**
- * Reads and parses a JSON body; `accept` lists the media types allowed (415 otherwise); `observe`
- * gets the raw bytes once read, before they are parsed.
+ * Reads and parses a JSON body; `accept` tells the media types allowed and `acceptedTypes` names
+ * them for the 415 (issue 29: the answer says what to send); `observe` gets the raw bytes once
+ * read, before they are parsed.
  */
 export async function readJson(
   req: IncomingMessage, limit: number, maxDepth: number, accept: (type: string) => boolean = isJsonType, large: LargeBodyMode = 'here',
-  observe?: (raw: Buffer) => Promise<void>,
+  observe?: (raw: Buffer) => Promise<void>, acceptedTypes: readonly string[] = JSON_MEDIA_TYPES,
 ): Promise<unknown> {
   const type = mediaType(req);
   if (!accept(type)) {
-    throw new ServiceError('unsupported_media_type', { detail: `Content-Type ${type || '(none)'} is not accepted here` });
+    throw new ServiceError('unsupported_media_type', {
+      detail: `Content-Type ${type || '(none)'} is not accepted here: send the body as ${acceptedTypes.join(' or ')}`,
+    });
   }
   const buf = await readBody(req, limit);
   if (observe) await observe(buf);
@@ -105,10 +112,11 @@ export async function readJson(
   if (jsonDepthExceeds(buf, maxDepth)) {
     throw new ServiceError('nesting_too_deep', { detail: `The body may be nested at most ${maxDepth} levels deep` });
   }
+  const text = buf.toString('utf8');
   try {
-    return JSON.parse(buf.toString('utf8')) as unknown;
-  } catch {
-    // The parser's message can quote the body: never pass it on.
-    throw new ServiceError('invalid_json', { detail: 'The request body is not valid JSON' });
+    return JSON.parse(text) as unknown;
+  } catch (err) {
+    // The parser's message can quote the body: only its offset is used (json-error.ts, issue 29).
+    throw new ServiceError('invalid_json', { detail: invalidJsonDetail(text, (err as Error).message, 'The request body') });
   }
 }

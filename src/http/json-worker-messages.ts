@@ -12,7 +12,8 @@ export type WorkerTask =
   | { id: number; op: 'args'; bytes: Uint8Array; maxDepth: number };
 
 export type WorkerAnswer =
-  | { id: number; ok: true; summary: WalkSummary }
+  /** `members`: which of `type` and `data` the body (an object) has, for POST /tokens's check. */
+  | { id: number; ok: true; summary: WalkSummary; members: Array<'type' | 'data'> }
   | { id: number; ok: true; value: unknown }
   | { id: number; ok: true; argsJson: string }
   | { id: number; ok: true; json: Uint8Array }

@@ -8,6 +8,7 @@ import { ServiceError } from '../errors.js';
 import { rebuild, summarizeTokenize } from '../vault/walk.js';
 import type { WorkerAnswer, WorkerTask } from './json-worker-messages.js';
 import { jsonDepthExceeds } from './body.js';
+import { invalidJsonDetail } from './json-error.js';
 
 /** max_tokens_per_request is at most 100 (config schema): a walk that counts 101 leaves has seen enough. */
 const LEAF_CAP = 100;
@@ -17,10 +18,11 @@ function parse(bytes: Uint8Array, maxDepth: number | null): unknown {
   if (maxDepth !== null && jsonDepthExceeds(buf, maxDepth)) {
     throw new ServiceError('nesting_too_deep', { detail: `The body may be nested at most ${maxDepth} levels deep` });
   }
+  const text = buf.toString('utf8');
   try {
-    return JSON.parse(buf.toString('utf8')) as unknown;
-  } catch {
-    throw new ServiceError('invalid_json', { detail: 'The request body is not valid JSON' });
+    return JSON.parse(text) as unknown;
+  } catch (err) {
+    throw new ServiceError('invalid_json', { detail: invalidJsonDetail(text, (err as Error).message, 'The request body') });
   }
 }
 
@@ -58,7 +60,9 @@ function run(task: WorkerTask): WorkerAnswer {
   }
   if (task.op === 'plan') {
     const body = parse(task.bytes, task.maxDepth);
-    return { id: task.id, ok: true, summary: summarizeTokenize(body, { maxDepth: task.maxDepth, cap: LEAF_CAP, now: task.now }) };
+    const object = typeof body === 'object' && body !== null && !Array.isArray(body);
+    const members = (['type', 'data'] as const).filter((k) => object && k in body);
+    return { id: task.id, ok: true, summary: summarizeTokenize(body, { maxDepth: task.maxDepth, cap: LEAF_CAP, now: task.now }), members };
   }
   const answer = rebuild(parse(task.bytes, null), task.results);
   return { id: task.id, ok: true, json: new TextEncoder().encode(JSON.stringify(answer)) };

@@ -104,18 +104,19 @@ export class LargeJsonBody extends PreplannedBody {
   private constructor(
     private readonly bytes: Uint8Array,
     readonly summary: WalkSummary,
+    members: ReadonlyArray<'type' | 'data'>,
   ) {
     super();
-    // POST /tokens checks for `type` and `data` members before planning: a body that is one
-    // definition shows them (the values stay in the worker's walk).
-    if (summary.single) Object.assign(this, { type: undefined, data: undefined });
+    // POST /tokens checks for `type` and `data` members before planning: the body shows the ones
+    // it has (the values stay in the worker's walk), so the answer names only the missing one.
+    for (const m of members) Object.assign(this, { [m]: undefined });
   }
 
   static async parse(bytes: Buffer, maxDepth: number, now: number): Promise<LargeJsonBody> {
     const answer = await shared.run({ op: 'plan', bytes, maxDepth, now });
     if (!answer.ok) rethrow(answer);
     if (!('summary' in answer)) throw new Error('the JSON worker answered out of turn');
-    return new LargeJsonBody(bytes, answer.summary);
+    return new LargeJsonBody(bytes, answer.summary, answer.members);
   }
 
   assembled(results: readonly unknown[]): DeferredJson {

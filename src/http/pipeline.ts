@@ -11,7 +11,7 @@ import { holds } from '../auth/access.js';
 import type { KeyIndex } from '../auth/keys.js';
 import { ServiceError } from '../errors.js';
 import { scrubCards, writeAccessLine, type AccessFields, type Logger } from '../log.js';
-import { readJson, type LargeBodyMode } from './body.js';
+import { JSON_MEDIA_TYPES, readJson, type LargeBodyMode } from './body.js';
 import type { Context, Route } from './context.js';
 import { allowOriginHeaders, crossOrigin, originRefused, preflightHeaders, type CorsPolicy } from './cors.js';
 import { answerEarly, type LingerOptions } from './linger.js';
@@ -54,8 +54,13 @@ function largeBodyMode(group: string): LargeBodyMode {
   return 'small';
 }
 
+/** Where src/api/openapi.ts serves the document of the routes. */
+const OPENAPI_PATH = '/openapi.json';
+
 export function createPipeline(opts: PipelineOptions): (req: IncomingMessage, res: ServerResponse) => void {
-  const router = new Router(opts.routes);
+  // A 404 says where the routes are (issue 29), when this listener serves the document.
+  const listed = opts.routes.some((r) => r.method === 'GET' && r.path === OPENAPI_PATH);
+  const router = new Router(opts.routes, listed ? `No route has this path: GET ${OPENAPI_PATH} lists every route of this service` : undefined);
   const logAccess = opts.log.isLevelEnabled('info');
   // One listener for both records of a finished request, the metric and the access line, shared by
   // every request (it finds the request's state on the response): no closure per request.
@@ -130,7 +135,9 @@ class RequestContext implements Context {
   async readJson(accept?: (mediaType: string) => boolean, observe?: (raw: Buffer) => Promise<void>): Promise<unknown> {
     const schemas = this.route?.schemas;
     const large = largeBodyMode(this.route?.group ?? 'health');
-    return parseBody(schemas, await readJson(this.req, this.opts.bodyLimit, this.opts.maxDepth, accept, large, observe));
+    // The route's schema names the media types it takes (its `accept` tests them): the 415 lists them.
+    const accepted = schemas?.body?.mediaTypes ?? JSON_MEDIA_TYPES;
+    return parseBody(schemas, await readJson(this.req, this.opts.bodyLimit, this.opts.maxDepth, accept, large, observe, accepted));
   }
 }
 

@@ -21,7 +21,8 @@ interface Compiled<R> {
 export class Router<R extends { method: string; path: string }> {
   private readonly compiled: Compiled<R>[];
 
-  constructor(routes: R[]) {
+  /** `notFound`: the detail of a route_not_found, e.g. where the routes are listed (issue 29). */
+  constructor(routes: R[], private readonly notFound?: string) {
     this.compiled = routes.map((route) => {
       const segments = route.path.split('/').filter(Boolean);
       const wildcard = segments[segments.length - 1] === '*';
@@ -47,7 +48,8 @@ export class Router<R extends { method: string; path: string }> {
     if (allowed.length) {
       throw new ServiceError('method_not_allowed', { headers: { allow: [...new Set(allowed)].join(', ') } });
     }
-    throw new ServiceError('route_not_found');
+    // The path is not echoed: it may hold a token id or a value sent in the wrong place.
+    throw new ServiceError('route_not_found', this.notFound === undefined ? {} : { detail: this.notFound });
   }
 
   /** The methods of the routes at `pathname` (for a preflight), each with its route. */

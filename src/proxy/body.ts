@@ -7,6 +7,7 @@
  */
 import { ServiceError } from '../errors.js';
 import { isJsonType, jsonDepthExceeds } from '../http/body.js';
+import { invalidJsonDetail } from '../http/json-error.js';
 
 export const FORM_TYPE = 'application/x-www-form-urlencoded';
 
@@ -190,10 +191,12 @@ export class ProxyBody {
     if (jsonDepthExceeds(this.bytes, this.maxDepth)) {
       throw new ServiceError('nesting_too_deep', { detail: `The body is nested deeper than ${this.maxDepth} levels` });
     }
+    const text = this.bytes.toString('utf8');
     try {
-      this.json = { value: JSON.parse(this.bytes.toString('utf8')) };
-    } catch {
-      throw new ServiceError('invalid_json', { detail: 'The body is declared as JSON but does not parse' });
+      this.json = { value: JSON.parse(text) };
+    } catch (err) {
+      // Where it stops parsing, never what it holds (http/json-error.ts, issue 29).
+      throw new ServiceError('invalid_json', { detail: invalidJsonDetail(text, (err as Error).message, 'The body (declared as JSON)') });
     }
     return this.json.value;
   }

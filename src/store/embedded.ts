@@ -33,7 +33,7 @@ import {
 } from './embedded-writer.js';
 import { decodeOp, encodeOp, WireReader } from './embedded-wire.js';
 
-const SCHEMA_VERSION = 5;
+export const SCHEMA_VERSION = 5;
 /** Version 1: the tables. */
 const SCHEMA_V1 = `
 CREATE TABLE IF NOT EXISTS tokens (

@@ -17,7 +17,7 @@ import type { AuditTrail } from '../audit/trail.js';
 import { InvalidCursorError } from '../store/factory.js';
 import { DuplicateTokenError, StoreUnavailableError, type StoredToken, type TokenFilter, type TokenStore } from '../store/types.js';
 import type { CardData } from './card.js';
-import { addFieldError, at, type Definition } from './definition.js';
+import { addFieldError, at, TOKEN_TYPES, type Definition } from './definition.js';
 import { ExpressionError, renderExpression } from './expressions.js';
 import { createdRecord, needsPlaintext, readRecord, type TokenRecord } from './records.js';
 import { parseQuery } from './search.js';
@@ -127,8 +127,18 @@ export class TokenService {
 
   /** POST /tokens: one definition, one record (201). */
   async create(p: Principal, body: unknown): Promise<TokenRecord> {
-    if (typeof body !== 'object' || body === null || Array.isArray(body) || !('type' in body) || !('data' in body)) {
-      throw new ServiceError('validation_failed', { detail: 'The body must be a token definition with type and data', errors: { type: ['required'], data: ['required'] } });
+    // Issue 29: only what is missing is named ({"data": "x"} lacks `type`, not `data`).
+    const object = typeof body === 'object' && body !== null && !Array.isArray(body);
+    const missing = (['type', 'data'] as const).filter((k) => !object || !(k in body));
+    if (missing.length > 0) {
+      throw new ServiceError('validation_failed', {
+        detail: missing.length === 2
+          ? 'The body must be a token definition with type and data'
+          : missing[0] === 'type'
+            ? `The token definition has no type (one of: ${TOKEN_TYPES.join(', ')})`
+            : 'The token definition has no data',
+        errors: Object.fromEntries(missing.map((k) => [k, ['required']])),
+      });
     }
     const plan = planTokenize(body, { maxDepth: this.opts.maxDepth, maxTokens: 1, now: this.now() });
     const [one] = await this.createAll(p, plan.definitions);
