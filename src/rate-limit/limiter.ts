@@ -401,7 +401,7 @@ export class RateLimitService {
         duration: limits.durationSeconds,
         blockDuration: blockSeconds,
       };
-      const insurance = this.cfg.on_store_error === 'allow' ? new RateLimiterMemory(base) : undefined;
+      const insurance = (this.redis || this.postgres) && this.cfg.on_store_error === 'allow' ? new RateLimiterMemory(base) : undefined;
       built = this.redis
         ? { limiter: new RateLimiterRedis({ ...base, storeClient: this.redis, rejectIfRedisNotReady: true }), insurance, refs: 0 }
         : this.postgres
