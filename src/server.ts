@@ -124,6 +124,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     // Issue 24: `rate_limits.store: postgres` counts on the token store's own pool.
     const limits = RateLimitService.create(config.rate_limits, { log, ipv6Prefix: config.server.ipv6_prefix, postgres: postgresPoolOf(store) });
     cleanups.push(() => limits.close());
+    await limits.ready();
     // The reactor host process starts only when some tenant has reactors (at start or at a
     // reload); the main process never loads isolated-vm itself.
     const reactors = new ReactorHostSync(log, config.server.body_limit_bytes, metrics);

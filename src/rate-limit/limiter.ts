@@ -216,6 +216,9 @@ export class RateLimitService {
       if (!opts.postgres) throw new Error('rate_limits.store is postgres but the token store is not PostgreSQL (store.kind: postgres)');
       const service = new RateLimitService(cfg, opts.log, undefined, false, interval, prefix);
       service.postgres = new PostgresCounters(opts.postgres, cfg.table ?? DEFAULT_RATE_LIMIT_TABLE);
+      // The table now, not in the first check's timeout_ms: creating it writes the catalog and
+      // waits for a commit, which on a busy server took longer than the default 200 ms.
+      service.postgres.ensureTable().catch(() => undefined);
       return service;
     }
     if (opts.redis) return new RateLimitService(cfg, opts.log, opts.redis, false, interval, prefix);
@@ -286,6 +289,14 @@ export class RateLimitService {
       this.health.ok();
     }
     return decide(outcomes);
+  }
+
+  /**
+   * Resolves once the store can count (PostgreSQL: the counters' table exists) or that failed (a
+   * check tries again then); never rejects. startService waits for it before it listens.
+   */
+  async ready(): Promise<void> {
+    await this.postgres?.ensureTable().catch(() => undefined);
   }
 
   stats(): RateLimitStats {
