@@ -206,6 +206,14 @@ if (server) {
     t.same((await sql('SELECT key FROM tokenproxy.rate_limits')).rows, [{ key: 'live' }]);
   });
 
+  t.test('the table is created at start-up (ready()), before any check', async (t) => {
+    const { pool, sql } = await database(t);
+    const a = service(t, pool, { table: 'rl_early' });
+    await a.ready();
+    const r = await sql(`SELECT relpersistence FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'tokenproxy' AND c.relname = 'rl_early'`);
+    t.same(r.rows, [{ relpersistence: 'u' }], 'tokenproxy.rl_early exists, UNLOGGED');
+  });
+
   t.test('store: postgres without the token store\'s pool is a start-up error', async (t) => {
     t.throws(() => RateLimitService.create(cfg, { log }), /rate_limits.store is postgres but the token store is not PostgreSQL/);
   });
