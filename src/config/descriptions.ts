@@ -54,7 +54,7 @@ export const CONFIG_DESCRIPTIONS: Record<string, string> = {
   'rate_limits.store': '`memory`: counters of this instance. `redis`: counters shared by every instance with the same Redis and `key_prefix`. `postgres`: counters in the token store\'s PostgreSQL database, on its connection pool (needs `store.kind: postgres`), shared by every instance with the same database, `table` and `key_prefix`.',
   'rate_limits.url': 'Redis, one node: the server of the counters (may be the token store\'s). Required for `redis` unless `cluster` or `sentinel` is given.',
   'rate_limits.key_prefix': 'Redis and PostgreSQL: every counter key starts with this (`<key_prefix><rule>:{<tenant id>}:<counter>`); on a Redis Cluster it must not contain `{` or `}`.',
-  'rate_limits.table': 'PostgreSQL: the counters\' table in the schema `tokenproxy` (created at the first check, `UNLOGGED`); deployments sharing one database give each its own table (or `key_prefix`).',
+  'rate_limits.table': 'PostgreSQL: the counters\' table in the schema `tokenproxy` (created at start-up when missing, `UNLOGGED`); deployments sharing one database give each its own table (or `key_prefix`).',
   'rate_limits.cluster.nodes': 'Redis Cluster: some of its nodes (`redis://host:port` or `host:port`; the rest are discovered). Instead of `url`.',
   'rate_limits.sentinel.sentinels': 'Redis Sentinel: the sentinels (`host:port`), asked for the current primary. Instead of `url`.',
   'rate_limits.sentinel.name': 'Redis Sentinel: the name of the monitored primary (`sentinel monitor <name> …`).',

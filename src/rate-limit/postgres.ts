@@ -3,7 +3,7 @@
  * RateLimiterPostgres on the token store's own pool, so several instances need PostgreSQL and
  * nothing else.
  *
- * - One table for every limiter, `tokenproxy.<rate_limits.table>`, created here once (the
+ * - One table for every limiter, `tokenproxy.<rate_limits.table>`, created here once, at start-up (the
  *   limiters are built with `tableCreated: true`; left to them, each would run its own CREATE
  *   TABLE and, keyed by its prefix, one table per rule). Rows are keyed
  *   `<key_prefix><rule>:{<tenant>}:<counter>`, as on Redis. `key text`, not the library's
