@@ -35,7 +35,7 @@ export const CONFIG_DESCRIPTIONS: Record<string, string> = {
   'store.sentinel.password': 'Redis Sentinel: the sentinels\' own password (a string or `{ file }`), when they require one.',
   'store.username': 'Redis: the ACL user (with `password`); for every node of a Cluster or Sentinel setup.',
   'store.password': 'Redis or PostgreSQL: the password, a string or `{ file: path }` (the file\'s content, trailing newline dropped, keeps it out of the config); never logged. PostgreSQL: `TOKENPROXY_STORE_PASSWORD` in the environment takes precedence over it and over a password in `url`.',
-  'store.pool_size': 'PostgreSQL: connections each process keeps open at most (each worker has its own pool).',
+  'store.pool_size': 'PostgreSQL: connections each process keeps open at most (each worker has its own pool); with `rate_limits.store: postgres` the counter updates use them too.',
   'store.tls': 'Redis: `true` for TLS with the system CAs, or `{ ca_file }` to also trust a private CA (PEM); `rediss://` URLs turn TLS on too.',
   'store.tls.ca_file': 'A PEM file of the CA that signed the Redis certificates.',
   'server.workers': 'Worker processes serving the one port (`node:cluster`); `auto`: one per core. Rate limits stay exact across them; the embedded store is shared.',
