@@ -1,10 +1,11 @@
 /**
  * What rate limiting costs a request: the same single-token POST /tokenize load with limits off,
  * in memory, and on Redis (limits set high enough never to trigger), in one run, each as a ratio
- * to "off". Targets: memory costs at most 5% of throughput, Redis at most 15%.
+ * to "off". Targets: memory costs at most 5% of throughput, Redis at most 15%. On PostgreSQL
+ * (issue 24) against "off" on the same PostgreSQL token store, informative (no target).
  *
  *   node --no-node-snapshot --import tsx bench/rate-limit.ts [--rounds 5] [--duration 2000]
- *        [--warmup 500] [--connections 32] [--keys 64] [--data-dir DIR] [--no-redis]
+ *        [--warmup 500] [--connections 32] [--keys 64] [--data-dir DIR] [--no-redis] [--no-postgres]
  *
  * Rows (each a tokenproxy started here, all with the same embedded token store settings):
  *   off              rate_limits.enabled: false
@@ -12,6 +13,10 @@
  *   redis            rate_limits.store: redis, a redis-server without persistence
  *   redis (fsync)    rate_limits.store: redis, a redis-server with appendfsync always (as when the
  *                    counters share the token store's durable Redis)
+ *   off (pg store)   a PostgreSQL token store (a private cluster: lib/postgres.ts; the store's
+ *                    default pool of 10), rate_limits.enabled: false: the baseline of the next row
+ *   postgres         the same store, rate_limits.store: postgres (the counters on its pool, in
+ *                    an UNLOGGED table), as a ratio to "off (pg store)" in the same round
  * Every rule is overridden to 1e9 points per 60 s, so a private key's /tokenize is counted by its
  * two rules (private_key, creating_tokens) and never refused. The load cycles through `--keys`
  * API keys of one application, so the counters are many, as in real traffic.
@@ -39,6 +44,8 @@ import { RULE_NAMES } from '../src/rate-limit/rules.js';
 import { startService, type RunningService } from '../src/server.js';
 import { startLoadRunner, type LoadOptions, type LoadResult, type LoadRunner } from './lib/load.js';
 import { startBenchRedis, type BenchRedis } from './lib/redis.js';
+import { startBenchPostgres } from './lib/postgres.js';
+import pg from 'pg';
 import { machine, num, ratio, table } from './lib/report.js';
 
 const { values: args } = parseArgs({
@@ -50,6 +57,7 @@ const { values: args } = parseArgs({
     keys: { type: 'string', default: '64' },
     'data-dir': { type: 'string' },
     'no-redis': { type: 'boolean', default: false },
+    'no-postgres': { type: 'boolean', default: false },
   },
 });
 const ROUNDS = Math.max(1, Number(args.rounds));
@@ -73,14 +81,16 @@ interface Row {
   svc: RunningService;
   /** The RateLimit-Limit a response must carry (undefined: none, limits off). */
   limitHeader: string | undefined;
+  /** The row this one is a ratio to (default: the first, "off"). */
+  baseline?: string;
   rounds: Array<LoadResult & { srvCpuUsPerRequest: number }>;
 }
 
-function rawConfig(rateLimits: Record<string, unknown>, dataDir: string): Record<string, unknown> {
+function rawConfig(rateLimits: Record<string, unknown>, dataDir: string, store?: Record<string, unknown>): Record<string, unknown> {
   return {
     server: { host: '127.0.0.1', port: 0 },
     log: { level: 'silent' },
-    store: { kind: 'embedded', path: join(dataDir, 'tokens.db') },
+    store: store ?? { kind: 'embedded', path: join(dataDir, 'tokens.db') },
     rate_limits: rateLimits,
     tenants: [
       {
@@ -121,22 +131,24 @@ async function main(): Promise<number> {
   const load0 = loadavg()[0];
   console.log(`rate-limit benchmark: node ${env.node}, ${env.cores} x ${env.cpu}, load average ${load0.toFixed(2)} at start`);
   console.log(`load: POST /tokenize, single card token (${BODY.length} B), ${CONNECTIONS} keep-alive connections, ${KEY_COUNT} API keys in turn; load generator in a child process`);
-  console.log(`token store: embedded SQLite in ${DATA_ROOT} (same for every row); every rule at 1e9 points / 60 s (never refuses)`);
+  console.log(`token store: embedded SQLite in ${DATA_ROOT} (same for every row but the two on PostgreSQL); every rule at 1e9 points / 60 s (never refuses)`);
   console.log(`each row: one discarded 1 s pass, then ${ROUNDS} interleaved rounds of ${WARMUP_MS} ms warm-up + ${DURATION_MS} ms; medians shown\n`);
 
   const cleanups: Array<() => Promise<void> | void> = [];
   const rows: Row[] = [];
   let redisNote = '';
+  let postgresNote = '';
   let counterNote = '';
+  const postgresCounters: Array<{ name: string; url: string }> = [];
   const redisClients: Array<{ name: string; url: string; prefix: string }> = [];
   try {
-    const add = async (name: string, rateLimits: Record<string, unknown>, limitHeader: string | undefined) => {
+    const add = async (name: string, rateLimits: Record<string, unknown>, limitHeader: string | undefined, store?: Record<string, unknown>, baseline?: string) => {
       const dir = mkdtempSync(join(DATA_ROOT, 'tp-bench-rl-'));
       cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
-      const config = buildConfig(rawConfig(rateLimits, dir), { env: { TOKENPROXY_MASTER_KEY: randomBytes(32).toString('base64') } });
+      const config = buildConfig(rawConfig(rateLimits, dir, store), { env: { TOKENPROXY_MASTER_KEY: randomBytes(32).toString('base64') } });
       const svc = await startService(config, { log: createLogger('silent') });
       cleanups.push(() => svc.close());
-      rows.push({ name, svc, limitHeader, rounds: [] });
+      rows.push({ name, svc, limitHeader, baseline, rounds: [] });
     };
     await add('off', { enabled: false }, undefined);
     await add('memory', { enabled: true, store: 'memory' }, '1000000000');
@@ -154,6 +166,20 @@ async function main(): Promise<number> {
           redisClients.push({ name, url, prefix });
         }
         redisNote = `redis: no persistence; redis (fsync): ${durable.settings}`;
+      }
+    }
+    if (args['no-postgres']) postgresNote = 'PostgreSQL rows skipped (--no-postgres)';
+    else {
+      const p = await startBenchPostgres();
+      if ('skipped' in p) postgresNote = `PostgreSQL rows skipped: ${p.skipped}`;
+      else {
+        cleanups.push(() => p.stop());
+        const base = await p.database();
+        const limited = await p.database();
+        await add('off (pg store)', { enabled: false }, undefined, { kind: 'postgres', url: base.url }, 'off (pg store)');
+        await add('postgres', { enabled: true, store: 'postgres' }, '1000000000', { kind: 'postgres', url: limited.url }, 'off (pg store)');
+        postgresCounters.push({ name: 'postgres', url: limited.url });
+        postgresNote = `${p.settings}; the token store's default pool (10 connections), shared by the counters in "postgres"`;
       }
     }
     for (const row of rows) await probe(row);
@@ -179,6 +205,14 @@ async function main(): Promise<number> {
       const n = (await r.keys(`${c.prefix}*`)).length;
       r.disconnect();
       if (n === 0) throw new Error(`${c.name}: no rate-limit counters in Redis after the warm-up pass`);
+      counterNote += `${counterNote ? ', ' : ''}${c.name}: ${n}`;
+    }
+    for (const c of postgresCounters) {
+      const client = new pg.Client(c.url);
+      await client.connect();
+      const n = Number((await client.query<{ n: string }>('SELECT count(*) AS n FROM tokenproxy.rate_limits')).rows[0]!.n);
+      await client.end();
+      if (n === 0) throw new Error(`${c.name}: no rate-limit counters in PostgreSQL after the warm-up pass`);
       counterNote += `${counterNote ? ', ' : ''}${c.name}: ${n}`;
     }
     for (let round = 0; round < ROUNDS; round++) {
@@ -209,8 +243,11 @@ async function main(): Promise<number> {
   // same round, then the median over rounds (steadier than a ratio of medians when the machine's
   // load drifts). The range of the per-round req/s ratios shows how much to trust a verdict.
   const off = summary[0];
-  const paired = (s: (typeof summary)[number], f: (r: Row['rounds'][number]) => number) =>
-    s.rounds.map((r, i) => f(r) / f(off.rounds[i]));
+  const baselineOf = (s: (typeof summary)[number]) => summary.find((b) => b.name === rows[summary.indexOf(s)].baseline) ?? off;
+  const paired = (s: (typeof summary)[number], f: (r: Row['rounds'][number]) => number) => {
+    const base = baselineOf(s);
+    return s.rounds.map((r, i) => f(r) / f(base.rounds[i]));
+  };
   const lines = summary.map((s) => {
     const target = TARGETS[s.name];
     const rpsRatios = paired(s, (r) => r.rps);
@@ -224,10 +261,10 @@ async function main(): Promise<number> {
       p99VsOff: median(paired(s, (r) => r.p99)),
       cpuVsOff: median(paired(s, (r) => r.srvCpuUsPerRequest)),
       cells: [
-        s.name, num(s.rps), `[${num(s.rpsRange[0])}-${num(s.rpsRange[1])}]`, ratio(vsOff), s === off ? '' : spread,
+        s.name, num(s.rps), `[${num(s.rpsRange[0])}-${num(s.rpsRange[1])}]`, ratio(vsOff), baselineOf(s) === s ? '' : spread,
         s.p50.toFixed(2), ratio(median(paired(s, (r) => r.p50))), s.p99.toFixed(2), ratio(median(paired(s, (r) => r.p99))),
         s.cpu.toFixed(0), ratio(median(paired(s, (r) => r.srvCpuUsPerRequest))), `${s.errors}/${s.requests}`,
-        target === undefined ? 'baseline' : `>= ${target.toFixed(2)}x req/s`,
+        target === undefined ? (baselineOf(s) === s ? 'baseline' : `none (x ${baselineOf(s).name})`) : `>= ${target.toFixed(2)}x req/s`,
         target === undefined ? '' : vsOff >= target ? 'met' : 'NOT met',
       ],
     };
@@ -235,9 +272,10 @@ async function main(): Promise<number> {
   console.log('');
   console.log(table(['limits', 'req/s', '[min-max]', 'x off', '[per round]', 'p50 ms', 'x off', 'p99 ms', 'x off', 'srv cpu us/req', 'x off', 'non-200', 'target', ''], lines.map((l) => l.cells)));
   console.log(`
-x off: median over rounds of (row / off in the same round); [per round]: the range of those req/s ratios.`);
-  console.log(`srv cpu: this process's CPU per request (all servers live here; the load generator does not). ${redisNote}`);
-  if (counterNote) console.log(`rate-limit counters found in Redis after the warm-up pass (${KEY_COUNT} keys x 2 rules expected): ${counterNote}`);
+x off: median over rounds of (row / its baseline in the same round: "off", or "off (pg store)" for the PostgreSQL row); [per round]: the range of those req/s ratios.`);
+  console.log(`srv cpu: this process's CPU per request (all servers live here; the load generator does not; redis-server's and PostgreSQL's do not). ${redisNote}`);
+  if (postgresNote) console.log(postgresNote);
+  if (counterNote) console.log(`rate-limit counters found in the store after the warm-up pass (${KEY_COUNT} keys x 2 rules expected): ${counterNote}`);
   const offSpread = (off.rpsRange[1] - off.rpsRange[0]) / off.rps;
   if (offSpread > 0.1) {
     console.log(`note: "off" alone varied by ${(offSpread * 100).toFixed(0)}% between rounds (load average now ${loadavg()[0].toFixed(2)} on ${env.cores} cores): differences of a few percent are within the noise of this run`);

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 const BENCHES: Record<string, { file: string; about: string }> = {
-  tokenize: { file: 'tokenize.ts', about: 'POST /tokenize vs the crypto limit and a bare node:http server (embedded and Redis)' },
+  tokenize: { file: 'tokenize.ts', about: 'POST /tokenize vs the crypto limit and a bare node:http server (embedded, Redis, PostgreSQL); bytes per token of each store' },
   'reactors-runtime': { file: 'reactors-runtime.ts', about: 'reactor host vs in-process isolated-vm (warm p50/p99, cold start, IPC encodings)' },
   'rate-limit': { file: 'rate-limit.ts', about: '/tokenize with limits off, in memory, on Redis' },
   reactors: { file: 'reactors.ts', about: 'POST /reactors/{id}/react through HTTP vs the same route without a reactor; cold start; 32 concurrent' },

@@ -14,10 +14,13 @@
  * limits off, metrics on; the embedded store in a fresh directory under --data-dir, Redis under a
  * key prefix unique to the run):
  *
- *   /tokenize, one string          body `"customer-1-value"`, 64 connections, embedded and Redis:
- *                                  req/s as a ratio to the ceiling (target >= 0.3x);
- *   /tokenize, 100 strings         body a JSON array of 100 plain strings, 16 connections, embedded
- *                                  and Redis: tokens/s as a ratio to the crypto limit (target >= 0.5x);
+ *   /tokenize, one string          body `"customer-1-value"`, 64 connections, embedded, Redis and
+ *                                  PostgreSQL: req/s as a ratio to the ceiling (target >= 0.3x);
+ *                                  PostgreSQL also as a ratio to the embedded row of the same round
+ *                                  (issue 24: target >= 0.5x);
+ *   /tokenize, 100 strings         body a JSON array of 100 plain strings, 16 connections, embedded,
+ *                                  Redis and PostgreSQL: tokens/s as a ratio to the crypto limit
+ *                                  (target >= 0.5x);
  *   /tokenize, one card definition embedded only, informative (no target);
  *   server.workers 1 and 2         the one-string body on tokenproxy started with `server.workers: 1`
  *                                  and `2`, at log level warn and info (info: an access line a
@@ -25,9 +28,18 @@
  *                                  process each, and the ratio 2 vs 1 (no target: the machine's
  *                                  cores are shared with the load generator). --no-workers skips them.
  *
+ * Bytes per token (issue 24), after the rounds, on services of their own: 20,000 tokens (--size-tokens)
+ * through /tokenize in bodies of 50 card definitions (random Luhn-valid numbers, with a cvc) and 50
+ * strings, 8 requests at a time, and what the store grew by: embedded, the database file and its
+ * WAL after a clean stop, against a service started and stopped with no tokens; Redis, INFO
+ * `used_memory` before and after; PostgreSQL, pg_database_size of the service's database, each
+ * after a CHECKPOINT. Targets: embedded <= 250, Redis <= 400, PostgreSQL <= 350 bytes a token.
+ * Not load-sensitive.
+ *
  *   npm run bench -- tokenize [--rounds 3] [--duration 3000] [--warmup 500] [--connections 64]
  *                             [--bulk-connections 16] [--crypto-ms 2000] [--data-dir DIR]
- *                             [--load wrk|process|worker|inline] [--no-install] [--no-redis] [--no-workers]
+ *                             [--load wrk|process|worker|inline] [--no-install] [--no-redis] [--no-postgres]
+ *                             [--no-workers] [--size-tokens 20000]
  *
  * The load generator is wrk (lib/wrk.ts, 1 thread; the Node generator with --load). Ratios are
  * paired by round: each row against its reference measured in the same round (the crypto loop runs
@@ -35,8 +47,9 @@
  * every row, the rows run in interleaved rounds, the order reversed every other round. CPU µs per request (per token in the 100-string
  * rows): the CPU time of the row's server process and its descendants (a cluster's workers; the
  * embedded store's writer thread is in its process's figure) read from /proc over the row's
- * windows (warm-up + measurement), per request served; redis-server's CPU is not in the Redis
- * rows' figure. wrk, redis-server and every server share the machine's cores. Results also go to
+ * windows (warm-up + measurement), per request served; redis-server's and PostgreSQL's CPU is not
+ * in the Redis and PostgreSQL rows' figures. The PostgreSQL rows use a private cluster the bench
+ * starts (lib/postgres.ts) and the store's default pool of 10 connections. wrk, redis-server and every server share the machine's cores. Results also go to
  * bench/results/tokenize.json. Speed is reported, never asserted: the exit code is non-zero only
  * when a response was not 2xx (such a row is INVALID).
  *
@@ -55,9 +68,11 @@ import { createStore } from '../src/store/factory.js';
 import { runLoad, startLoadRunner, type LoadOptions, type LoadResult, type LoadRunner } from './lib/load.js';
 import { CLK_TCK, isTmpfs, machineTicks, treeTicks } from './lib/procs.js';
 import { startBenchRedis, type BenchRedis } from './lib/redis.js';
+import { startBenchPostgres, type BenchPostgres } from './lib/postgres.js';
+import { measureBytesPerToken, type BytesPerToken } from './lib/store-size.js';
 import { machine, num, ratio, table } from './lib/report.js';
 import { BENCH_KEY, BENCH_TENANT, benchConfig } from './lib/service.js';
-import { ensureBuilt, startReferenceServer, startTokenproxyProcess, type RedisStoreChoice, type TokenproxyProcess } from './lib/tokenproxy-process.js';
+import { ensureBuilt, startReferenceServer, startTokenproxyProcess, type StoreChoice, type TokenproxyProcess } from './lib/tokenproxy-process.js';
 import { startBenchRunner } from './lib/wrk.js';
 
 const { values: args } = parseArgs({
@@ -72,6 +87,8 @@ const { values: args } = parseArgs({
     load: { type: 'string', default: 'wrk' },
     'no-install': { type: 'boolean', default: false },
     'no-redis': { type: 'boolean', default: false },
+    'no-postgres': { type: 'boolean', default: false },
+    'size-tokens': { type: 'string', default: '20000' },
     'no-workers': { type: 'boolean', default: false },
   },
 });
@@ -91,6 +108,9 @@ const LOAD_MODE = args.load;
 const DISCARD_MS = 2000;
 const BULK_TARGET = 0.5;
 const SINGLE_TARGET = 0.3;
+/** Issue 24: one string on PostgreSQL against the same row on the embedded store. */
+const POSTGRES_VS_EMBEDDED_TARGET = 0.5;
+const SIZE_TOKENS = Math.max(100, Math.round(Number(args['size-tokens']) / 100) * 100);
 
 /** Issue 12's single-token body: one JSON string. */
 const ONE_STRING = 'customer-1-value';
@@ -232,10 +252,13 @@ async function main(): Promise<number> {
   const rows: Row[] = [];
   let redis: BenchRedis | null = null;
   let redisNote = '';
+  let postgres: BenchPostgres | null = null;
+  let postgresNote = '';
+  let sizes: BytesPerToken[] = [];
   let storeNote = '';
   let ceilingBytes = 0;
   const cryptoSamples: CryptoSample[] = [];
-  const start = async (name: string, logLevel: string, workers: number, store?: RedisStoreChoice): Promise<TokenproxyProcess> => {
+  const start = async (name: string, logLevel: string, workers: number, store?: StoreChoice): Promise<TokenproxyProcess> => {
     const tp = await startTokenproxyProcess(benchConfig(), { dataRoot: DATA_ROOT, logLevel, workers, name, store });
     cleanups.push(() => tp.close());
     return tp;
@@ -260,6 +283,18 @@ async function main(): Promise<number> {
         const keyPrefix = `bench-tok-${randomBytes(4).toString('hex')}:`;
         services.push({ tp: await start('redis', 'warn', 1, { kind: 'redis', url: r.url, key_prefix: keyPrefix }), store: 'redis' });
         redisNote = `redis-server: ${r.settings} (durable, as the embedded store fsyncs every commit); key prefix ${keyPrefix}`;
+      }
+    }
+    if (args['no-postgres']) postgresNote = 'PostgreSQL rows skipped (--no-postgres)';
+    else {
+      const p = await startBenchPostgres();
+      if ('skipped' in p) postgresNote = `PostgreSQL rows skipped: ${p.skipped}`;
+      else {
+        postgres = p;
+        cleanups.push(() => p.stop());
+        const db = await p.database();
+        services.push({ tp: await start('postgres', 'warn', 1, { kind: 'postgres', url: db.url }), store: 'postgres' });
+        postgresNote = `${p.settings}; the store's default pool (10 connections); database ${db.name}`;
       }
     }
     for (const { tp } of services) {
@@ -309,6 +344,9 @@ async function main(): Promise<number> {
       for (const row of order) row.rounds.push(await measure(runner, row));
       log(`round ${round + 1}/${ROUNDS} done (${((performance.now() - started) / 1000).toFixed(0)} s, load average ${loadavg()[0].toFixed(2)})`);
     }
+    sizes = await measureBytesPerToken({
+      tokens: SIZE_TOKENS, start, headers: HEADERS, redis, postgres, log,
+    });
   } finally {
     for (const c of cleanups.reverse()) await c().catch((err: unknown) => console.error(`cleanup: ${(err as Error).message}`));
   }
@@ -362,9 +400,9 @@ async function main(): Promise<number> {
     ),
   );
   log(`\nx crypto, x ceiling: median over rounds of (row / reference of the same round); x crypto in tokens/s, x ceiling in req/s`);
-  log(`cpu us/req (/tok): CPU time of the row's server process and its descendants (workers 2: the primary and both workers) over the row's windows (warm-up + measurement) from /proc, per request (per token); the crypto limit alone is ${limitCpu.toFixed(1)} us/token; redis-server's CPU is not in the Redis rows`);
+  log(`cpu us/req (/tok): CPU time of the row's server process and its descendants (workers 2: the primary and both workers) over the row's windows (warm-up + measurement) from /proc, per request (per token); the crypto limit alone is ${limitCpu.toFixed(1)} us/token; redis-server's and PostgreSQL's CPU is not in the Redis and PostgreSQL rows`);
   log(`cores: that CPU / wall time (1.00 = one core busy); other cpu: cores used by processes outside this benchmark during the row's windows (median over rounds)`);
-  log(`every server runs in its own process; wrk${redis ? ', redis-server' : ''} and the server under test share the machine's ${env.cores} cores; load average now ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+  log(`every server runs in its own process; wrk${redis ? ', redis-server' : ''}${postgres ? ', PostgreSQL' : ''} and the server under test share the machine's ${env.cores} cores; load average now ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
   const busiest = Math.max(...summary.map((s) => s.otherCoresMax).filter(Number.isFinite));
   if (busiest > 0.2) log(`note: other processes used up to ${busiest.toFixed(2)} of ${env.cores} cores during some windows: those rounds are slower`);
   for (const logLevel of ['warn', 'info']) {
@@ -378,8 +416,22 @@ async function main(): Promise<number> {
     }
   }
   if (!args['no-workers']) log('(the workers 1, log warn row is the one-string embedded row\'s configuration on an instance of its own: the two differ by noise only)');
+  const oneString = (store: string) => rows.find((r) => r.store === store && r.name === '/tokenize, one string');
+  const [pgRow, embRow] = [oneString('postgres'), oneString('embedded')];
+  const postgresVsEmbedded = pgRow && embRow ? median(pgRow.rounds.map((m, i) => m.rps / embRow.rounds[i].rps)) : NaN;
+  if (pgRow && embRow) {
+    const met = postgresVsEmbedded >= POSTGRES_VS_EMBEDDED_TARGET;
+    log(`/tokenize, one string, PostgreSQL vs embedded (${SINGLE_CONNECTIONS} connections, paired by round): ${ratio(postgresVsEmbedded)} (target >= ${POSTGRES_VS_EMBEDDED_TARGET}x: ${met ? 'met' : 'NOT met'})`);
+  }
+  if (sizes.length) {
+    log(`\nbytes per token: ${SIZE_TOKENS} tokens through /tokenize, bodies of 50 card definitions (with cvc) + 50 strings, on a service of its own per store`);
+    log(table(['store', 'what is measured', 'before', 'after', 'grew', 'bytes/token', 'target', ''], sizes.map((z) => [
+      z.store, z.measured, num(z.before), num(z.after), num(z.after - z.before), num(z.bytesPerToken), `<= ${z.target}`, z.bytesPerToken <= z.target ? 'met' : 'NOT met',
+    ])));
+  }
   log(storeNote);
   log(redisNote);
+  log(postgresNote);
 
   const failed = summary.filter((s) => s.errors > 0);
   for (const s of failed) {
@@ -401,6 +453,9 @@ async function main(): Promise<number> {
     crypto: { per: 'KeyRing.seal(JSON of the string) + 1 HMAC fingerprint + 1 randomUUID', limitTokensPerSec: limit, limitCpuUsPerToken: limitCpu, rounds: cryptoSamples },
     store: storeNote,
     redis: redis ? { settings: redis.settings, note: redisNote } : { skipped: redisNote },
+    postgres: postgres ? { settings: postgres.settings, note: postgresNote } : { skipped: postgresNote },
+    postgresVsEmbedded: { oneString: postgresVsEmbedded, target: POSTGRES_VS_EMBEDDED_TARGET },
+    bytesPerToken: sizes,
     rows: summary,
     targets: { strings100VsCrypto: BULK_TARGET, oneStringVsCeiling: SINGLE_TARGET },
   };

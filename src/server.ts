@@ -32,6 +32,7 @@ import { ServiceMetrics } from './metrics/registry.js';
 import { instrumentStore } from './metrics/store.js';
 import { RateLimitService } from './rate-limit/limiter.js';
 import { createRateLimitStage } from './rate-limit/stage.js';
+import { postgresPoolOf } from './rate-limit/postgres.js';
 import { connectRefuser } from './proxy/methods.js';
 import { EgressPolicy } from './proxy/egress.js';
 import { OutboundProxy } from './proxy/outbound.js';
@@ -122,8 +123,10 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       audit,
     });
     const detokenizer = new Detokenizer(store, tokens, { audit, log });
-    const limits = RateLimitService.create(config.rate_limits, { log, ipv6Prefix: config.server.ipv6_prefix });
+    // Issue 24: `rate_limits.store: postgres` counts on the token store's own pool.
+    const limits = RateLimitService.create(config.rate_limits, { log, ipv6Prefix: config.server.ipv6_prefix, postgres: postgresPoolOf(store) });
     cleanups.push(() => limits.close());
+    await limits.ready();
     // The reactor host process starts only when some tenant has reactors (at start or at a
     // reload); the main process never loads isolated-vm itself.
     const reactors = new ReactorHostSync(log, config.server.body_limit_bytes, metrics);

@@ -6,7 +6,7 @@
  * is newer than it.
  *
  * The config is written to a JSON file in a fresh data directory (the embedded store lives there
- * too, unless `store` names a Redis store); the log goes to a file there (standard output redirected: at `info` that is the access
+ * too, unless `store` names a Redis or PostgreSQL store); the log goes to a file there (standard output redirected: at `info` that is the access
  * line of every request, written as in production). Ready when /healthz answers 200 and, for
  * `server.workers` > 1, every worker process exists.
  *
@@ -61,6 +61,9 @@ export interface TokenproxyProcess {
   logFile: string;
   /** The first few warn/error lines of its log (to explain a failed row). */
   problems(): string[];
+  /** Stops the service (SIGTERM: a clean stop) and keeps its data directory, e.g. to measure the store files. */
+  stop(): Promise<void>;
+  /** Stops it and removes its data directory. */
   close(): Promise<void>;
 }
 
@@ -71,6 +74,15 @@ export interface RedisStoreChoice {
   key_prefix: string;
 }
 
+/** A PostgreSQL token store (issue 24: give each run its own database); `pool_size` as the config's. */
+export interface PostgresStoreChoice {
+  kind: 'postgres';
+  url: string;
+  pool_size?: number;
+}
+
+export type StoreChoice = RedisStoreChoice | PostgresStoreChoice;
+
 /**
  * Starts the built service with `raw` (a config object: server.port, store and log are set here)
  * in `dataRoot`/tp-bench-*: the store is a fresh embedded one in that directory, or `opts.store`.
@@ -78,7 +90,7 @@ export interface RedisStoreChoice {
  */
 export async function startTokenproxyProcess(
   raw: Record<string, unknown>,
-  opts: { dataRoot: string; logLevel: string; workers?: number; name: string; store?: RedisStoreChoice },
+  opts: { dataRoot: string; logLevel: string; workers?: number; name: string; store?: StoreChoice },
 ): Promise<TokenproxyProcess> {
   const dataDir = mkdtempSync(join(opts.dataRoot, `tp-bench-${opts.name}-`));
   const port = await freePort();
@@ -109,13 +121,16 @@ export async function startTokenproxyProcess(
       return [];
     }
   };
-  const close = async (): Promise<void> => {
+  const stop = async (): Promise<void> => {
     if (child.exitCode === null && child.signalCode === null) {
       child.kill('SIGTERM');
       const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
       await exited(child);
       clearTimeout(timer);
     }
+  };
+  const close = async (): Promise<void> => {
+    await stop();
     rmSync(dataDir, { recursive: true, force: true });
   };
   const url = `http://127.0.0.1:${port}`;
@@ -130,7 +145,7 @@ export async function startTokenproxyProcess(
     if (ok && (workers === 1 || childCount(child.pid!) >= workers)) {
       // A cluster answers once one worker listens: give the others a moment to listen too.
       if (workers > 1) await new Promise((r) => setTimeout(r, 3_000));
-      return { url, pid: child.pid!, dataDir, logFile, problems, close };
+      return { url, pid: child.pid!, dataDir, logFile, problems, stop, close };
     }
     if (Date.now() > deadline) {
       await close();

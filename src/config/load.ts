@@ -127,6 +127,7 @@ function checkReferences(cfg: Config): string[] {
     problems.push('rate_limits.url: required (or cluster or sentinel) when rate_limits.store is redis');
   }
   problems.push(...(cfg.store.kind === 'postgres' ? postgresProblems(cfg.store) : redisProblems('store', cfg.store)), ...redisProblems('rate_limits', cfg.rate_limits));
+  problems.push(...postgresRateLimitProblems(cfg));
   // Two listeners on one port fail at start with "address in use"; say why before that.
   if (cfg.metrics.enabled && cfg.metrics.port !== undefined && cfg.metrics.port !== 0 && cfg.metrics.port === cfg.server.port
     && (cfg.metrics.host ?? cfg.server.host) === cfg.server.host) {
@@ -191,6 +192,24 @@ function postgresProblems(store: Config['store']): string[] {
   if (store.url === undefined) problems.push('store.url: required when store.kind is postgres (postgres://user@host:port/database)');
   else if (!/^postgres(ql)?:\/\//i.test(store.url)) problems.push('store.url: must start with postgres:// or postgresql:// when store.kind is postgres');
   if (store.cluster || store.sentinel) problems.push('store: cluster and sentinel are Redis settings, not for store.kind postgres');
+  return problems;
+}
+
+/**
+ * `rate_limits.store: postgres` counts on the token store's own pool (issue 24): it needs a
+ * PostgreSQL token store, and the Redis settings of the section would be silently unused.
+ */
+function postgresRateLimitProblems(cfg: Config): string[] {
+  const rl = cfg.rate_limits;
+  if (!rl.enabled || rl.store !== 'postgres') return [];
+  const problems: string[] = [];
+  if (cfg.store.kind !== 'postgres') {
+    problems.push(`rate_limits.store: postgres counts in the token store's PostgreSQL database and needs store.kind: postgres (it is ${cfg.store.kind}); use memory or redis here`);
+  }
+  const redisOnly = (['url', 'cluster', 'sentinel', 'username', 'password', 'tls'] as const).filter((k) => rl[k] !== undefined);
+  if (redisOnly.length) {
+    problems.push(`rate_limits: ${redisOnly.join(', ')} ${redisOnly.length > 1 ? 'are Redis settings' : 'is a Redis setting'}; rate_limits.store: postgres uses the token store's connection (store.url)`);
+  }
   return problems;
 }
 

@@ -186,6 +186,9 @@ const redisTopology = {
   tls: z.union([z.boolean(), z.strictObject({ ca_file: z.string().optional() })]).optional(),
 };
 
+/** `rate_limits.table` when not given (issue 24). */
+export const DEFAULT_RATE_LIMIT_TABLE = 'rate_limits';
+
 export const configSchema = z.strictObject({
   server: z
     .strictObject({
@@ -265,10 +268,15 @@ export const configSchema = z.strictObject({
   rate_limits: z
     .strictObject({
       enabled: z.boolean().default(true),
-      store: z.enum(['memory', 'redis']).default('memory'),
+      store: z.enum(['memory', 'redis', 'postgres']).default('memory'),
       url: z.string().optional(),
       ...redisTopology,
       key_prefix: z.string().default('tp:rl:'),
+      /**
+       * PostgreSQL (issue 24): the counters' table, in the token store's schema `tokenproxy`. A
+       * plain lower-case identifier: the SQL that names it needs no escaping.
+       */
+      table: z.string().regex(/^[a-z_][a-z0-9_]{0,62}$/, 'a lower-case SQL identifier: a-z, 0-9 and _, at most 63 characters, not starting with a digit').default(DEFAULT_RATE_LIMIT_TABLE),
       on_store_error: z.enum(['reject', 'allow']).default('reject'),
       timeout_ms: z.number().int().min(1).default(200),
     })

@@ -11,8 +11,9 @@
  * the RateLimit-* headers describe the rule with the fewest points left.
  *
  * Stores: rate-limiter-flexible's RateLimiterMemory (one instance; RateLimiterCluster in the
- * workers of `server.workers > 1`, counters in the primary) or RateLimiterRedis (counters shared by
- * every instance on one Redis node, Redis Cluster or Sentinel setup: src/redis/connect.ts). Every
+ * workers of `server.workers > 1`, counters in the primary), RateLimiterRedis (counters shared by
+ * every instance on one Redis node, Redis Cluster or Sentinel setup: src/redis/connect.ts) or
+ * RateLimiterPostgres on the token store's pool (issue 24: postgres.ts). Every
  * counter touches one key (a script, or a MULTI on that key for a block), so a Cluster needs no
  * cross-slot command; the tenant is the key's hash tag (`<prefix><rule>:{<tenant>}:<identity>`),
  * which keeps one tenant's counters in one slot and spreads tenants over the shards. rate-limiter-flexible resolves a consume with a
@@ -29,16 +30,24 @@
  * No check waits longer than `timeout_ms` on Redis, commands are never queued while the connection
  * is down (`rejectIfRedisNotReady`, plus `enableOfflineQueue: false` on a client we create), and
  * ioredis reconnects on its own, so limits work again when Redis is back without a restart.
+ *
+ * PostgreSQL down (issue 24): the same two modes, the same `timeout_ms` bound and the same logs.
+ * The pool fails a query at once when the server refuses connections; a server that does not
+ * answer holds the check until `timeout_ms` (the statement itself waits in the pool up to its own
+ * connect and query timeouts, then fails). The pool opens new connections once PostgreSQL is
+ * back: limits work again without a restart.
  */
 import type { Cluster, Redis } from 'ioredis';
 import cluster from 'node:cluster';
 import { addressBlock } from '../net/client-ip.js';
 import { createRedisClient } from '../redis/connect.js';
 import { RateLimiterCluster, RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
-import type { Config, RateRuleOverride } from '../config/schema.js';
+import { DEFAULT_RATE_LIMIT_TABLE, type Config, type RateRuleOverride } from '../config/schema.js';
 import type { Logger } from '../log.js';
 import { decide, NO_LIMITS, type Outcome as AnyOutcome, type RateLimitDecision } from './decide.js';
 import { StoreHealth } from './store-health.js';
+import { PostgresCounters } from './postgres.js';
+import type pg from 'pg';
 import {
   ruleMatches,
   resolveRules,
@@ -53,7 +62,8 @@ import {
 export type { RouteGroup, KeyKind, Tier } from './rules.js';
 export type { RateLimitDecision } from './decide.js';
 
-export type RateLimitConfig = Config['rate_limits'];
+/** The `rate_limits` section; `table` (PostgreSQL only) may be left out by callers that build it in code. */
+export type RateLimitConfig = Omit<Config['rate_limits'], 'table'> & { table?: string };
 
 /** The tenant fields the limits depend on (a `TenantConfig` fits). */
 export interface RateLimitTenant {
@@ -82,6 +92,8 @@ export interface RateLimitServiceOptions {
   log: Logger;
   /** A shared ioredis client; without one, `store: redis` connects to `url`, `cluster` or `sentinel` itself. */
   redis?: Redis | Cluster;
+  /** `store: postgres`: the token store's pool (postgresPoolOf), required; the service never closes it. */
+  postgres?: pg.Pool;
   /** Store failures are logged at most once per this interval (default 10 s). */
   failureLogIntervalMs?: number;
   /** `server.ipv6_prefix`: per-IP rules count an IPv6 client by its network of this many bits (default 64). */
@@ -125,7 +137,7 @@ interface CompiledRule extends EffectiveRule {
   /** The limiter's key in RateLimitService.limiters. */
   limiterId: string;
   limiter: Limiter;
-  /** Per-instance fallback in `allow` mode with a Redis store. */
+  /** Per-instance fallback in `allow` mode with a Redis or PostgreSQL store. */
   insurance: Limiter | undefined;
 }
 
@@ -164,6 +176,7 @@ export class RateLimitService {
   private readonly limiters = new Map<string, Built>();
   private readonly redis: Redis | Cluster | undefined;
   private readonly ownsRedis: boolean;
+  private postgres: PostgresCounters | undefined;
   private readonly firstReady: Promise<void> | undefined;
   private readonly health: StoreHealth;
   private everReady = false;
@@ -198,6 +211,15 @@ export class RateLimitService {
     const prefix = opts.ipv6Prefix ?? 64;
     if (!cfg.enabled || cfg.store === 'memory') {
       return new RateLimitService(cfg, opts.log, undefined, false, interval, prefix);
+    }
+    if (cfg.store === 'postgres') {
+      if (!opts.postgres) throw new Error('rate_limits.store is postgres but the token store is not PostgreSQL (store.kind: postgres)');
+      const service = new RateLimitService(cfg, opts.log, undefined, false, interval, prefix);
+      service.postgres = new PostgresCounters(opts.postgres, cfg.table ?? DEFAULT_RATE_LIMIT_TABLE);
+      // The table now, not in the first check's timeout_ms: creating it writes the catalog and
+      // waits for a commit, which on a busy server took longer than the default 200 ms.
+      service.postgres.ensureTable().catch(() => undefined);
+      return service;
     }
     if (opts.redis) return new RateLimitService(cfg, opts.log, opts.redis, false, interval, prefix);
     if (!cfg.url && !cfg.cluster && !cfg.sentinel) throw new Error('rate_limits.store is redis but none of rate_limits.url, cluster and sentinel is set');
@@ -247,8 +269,8 @@ export class RateLimitService {
     if (rules.length === 0) return NO_LIMITS;
 
     let outcomes: Outcome[];
-    if (this.redis) {
-      outcomes = await this.consumeRedis(rules, keys);
+    if (this.redis || this.postgres) {
+      outcomes = await this.consumeShared(rules, keys);
     } else {
       // Memory consumes settle at once: awaiting them in turn is cheaper than Promise.all.
       outcomes = [];
@@ -263,10 +285,18 @@ export class RateLimitService {
           outcomes.map((o, i) => ('error' in o && o.rule.insurance ? consume(o.rule, o.rule.insurance, keys[i]) : o)),
         );
       }
-    } else if (this.redis) {
+    } else if (this.redis || this.postgres) {
       this.health.ok();
     }
     return decide(outcomes);
+  }
+
+  /**
+   * Resolves once the store can count (PostgreSQL: the counters' table exists) or that failed (a
+   * check tries again then); never rejects. startService waits for it before it listens.
+   */
+  async ready(): Promise<void> {
+    await this.postgres?.ensureTable().catch(() => undefined);
   }
 
   stats(): RateLimitStats {
@@ -297,10 +327,11 @@ export class RateLimitService {
     for (const entry of this.tenants.values()) this.release(entry);
     this.tenants.clear();
     if (this.redis && this.ownsRedis) this.redis.disconnect();
+    this.postgres?.close();
   }
 
-  /** Redis consumes, bounded by timeout_ms as a whole; unfinished ones count as store failures. */
-  private async consumeRedis(rules: CompiledRule[], keys: string[]): Promise<Outcome[]> {
+  /** Redis or PostgreSQL consumes, bounded by timeout_ms as a whole; unfinished ones count as store failures. */
+  private async consumeShared(rules: CompiledRule[], keys: string[]): Promise<Outcome[]> {
     const timeoutMs = this.cfg.timeout_ms;
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<typeof TIMED_OUT>((resolve) => {
@@ -313,6 +344,12 @@ export class RateLimitService {
         if ((await Promise.race([this.firstReady, deadline])) === TIMED_OUT) {
           return rules.map((rule) => ({ rule, error: TIMEOUT_ERROR }));
         }
+      }
+      // PostgreSQL: the counters' table before the first update (within the same bound); a failed
+      // creation is a store failure of this check and is tried again by the next one.
+      if (this.postgres && !this.postgres.ready) {
+        const made = await Promise.race([this.postgres.ensureTable().then(() => undefined, (e: unknown) => (e instanceof Error ? e : new Error(String(e)))), deadline]);
+        if (made !== undefined) return rules.map((rule) => ({ rule, error: made === TIMED_OUT ? TIMEOUT_ERROR : made }));
       }
       return await Promise.all(
         rules.map((rule, i) =>
@@ -364,7 +401,7 @@ export class RateLimitService {
 
   /** One limiter per (rule, effective limits), shared by every tenant with those limits. */
   private compile(rule: EffectiveRule): CompiledRule {
-    const limits = this.redis ? wholeSeconds(rule.limits) : rule.limits;
+    const limits = this.redis ? wholeSeconds(rule.limits) : this.postgres ? wholeMilliseconds(rule.limits) : rule.limits;
     const blockSeconds = limits.mitigation.kind === 'block' ? limits.mitigation.blockSeconds : 0;
     const id = `${rule.name}|${limits.points}|${limits.durationSeconds}|${blockSeconds}`;
     let built = this.limiters.get(id);
@@ -375,15 +412,16 @@ export class RateLimitService {
         duration: limits.durationSeconds,
         blockDuration: blockSeconds,
       };
+      const insurance = (this.redis || this.postgres) && this.cfg.on_store_error === 'allow' ? new RateLimiterMemory(base) : undefined;
       built = this.redis
-        ? {
-            limiter: new RateLimiterRedis({ ...base, storeClient: this.redis, rejectIfRedisNotReady: true }),
-            insurance: this.cfg.on_store_error === 'allow' ? new RateLimiterMemory(base) : undefined,
-            refs: 0,
-          }
-        : { ...memoryLimiter(base, id), insurance: undefined, refs: 0 };
+        ? { limiter: new RateLimiterRedis({ ...base, storeClient: this.redis, rejectIfRedisNotReady: true }), insurance, refs: 0 }
+        : this.postgres
+          ? { limiter: this.postgres.limiter(base), insurance, refs: 0 }
+          : { ...memoryLimiter(base, id), insurance: undefined, refs: 0 };
       this.limiters.set(id, built);
-      if (limits !== rule.limits) this.log.warn({ rule: rule.name }, 'rate-limit windows on Redis are whole seconds; rounded up');
+      if (limits !== rule.limits) {
+        this.log.warn({ rule: rule.name }, this.redis ? 'rate-limit windows on Redis are whole seconds; rounded up' : 'rate-limit windows on PostgreSQL are whole milliseconds; rounded up');
+      }
     }
     built.refs++;
     return { ...rule, limits, limiterId: id, limiter: built.limiter, insurance: built.insurance };
@@ -460,6 +498,20 @@ class WorkerLimiter implements Limiter {
  */
 function wholeSeconds(l: RuleLimits): RuleLimits {
   const up = (s: number): number => Math.max(1, Math.ceil(s));
+  const m = l.mitigation;
+  const durationSeconds = up(l.durationSeconds);
+  const blockSeconds = m.kind === 'block' ? up(m.blockSeconds) : 0;
+  if (durationSeconds === l.durationSeconds && (m.kind === 'throttle' || blockSeconds === m.blockSeconds)) return l;
+  return { points: l.points, durationSeconds, mitigation: m.kind === 'block' ? { kind: 'block', blockSeconds } : m };
+}
+
+/**
+ * RateLimiterPostgres stores a window's end as a bigint of milliseconds: a window with a fraction
+ * of a millisecond would make every update fail. Rounds up (at least 1 ms); `l` itself when
+ * nothing changes.
+ */
+function wholeMilliseconds(l: RuleLimits): RuleLimits {
+  const up = (s: number): number => Math.max(1, Math.ceil(s * 1000)) / 1000;
   const m = l.mitigation;
   const durationSeconds = up(l.durationSeconds);
   const blockSeconds = m.kind === 'block' ? up(m.blockSeconds) : 0;

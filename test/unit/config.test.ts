@@ -121,3 +121,21 @@ t.test('store.kind postgres (issue 24): url required and checked, pool_size, the
   const redis = buildConfig({ store: { kind: 'redis', password: 'r' } }, { env: { TOKENPROXY_STORE_PASSWORD: 'from-env' } });
   t.equal(redis.store.password, 'r', 'Redis does not take it');
 });
+
+t.test('rate_limits.store postgres (issue 24): needs store.kind postgres, takes no Redis settings, table is an identifier', async (t) => {
+  const pgStore = { kind: 'postgres', url: 'postgres://h/db' };
+  t.same(problems({ rate_limits: { store: 'postgres' } }), [
+    "rate_limits.store: postgres counts in the token store's PostgreSQL database and needs store.kind: postgres (it is embedded); use memory or redis here",
+  ], 'refused on the embedded store, naming what to do');
+  t.match(problems({ store: { kind: 'redis' }, rate_limits: { store: 'postgres' } }), [/needs store\.kind: postgres \(it is redis\)/]);
+  t.same(problems({ store: pgStore, rate_limits: { store: 'postgres', url: 'redis://x:6379', password: 'p' } }), [
+    "rate_limits: url, password are Redis settings; rate_limits.store: postgres uses the token store's connection (store.url)",
+  ]);
+  t.same(problems({ rate_limits: { enabled: false, store: 'postgres' } }), [], 'limits off: nothing to check');
+  const ok = buildConfig({ store: pgStore, rate_limits: { store: 'postgres' } }, { env: {} });
+  t.equal(ok.rate_limits.table, 'rate_limits', 'table defaults to rate_limits');
+  t.equal(buildConfig({ store: pgStore, rate_limits: { store: 'postgres', table: 'rl_staging' } }, { env: {} }).rate_limits.table, 'rl_staging');
+  for (const bad of ['Rates', 'rl-x', '1rl', 'rl"; DROP TABLE x; --', 'a'.repeat(64)]) {
+    t.match(problems({ store: pgStore, rate_limits: { store: 'postgres', table: bad } }), [/^rate_limits\.table: a lower-case SQL identifier/], `table ${JSON.stringify(bad.slice(0, 20))} refused`);
+  }
+});

@@ -1,0 +1,129 @@
+/**
+ * Rate-limit counters in PostgreSQL (issue 24, `rate_limits.store: postgres`): rate-limiter-flexible's
+ * RateLimiterPostgres on the token store's own pool, so several instances need PostgreSQL and
+ * nothing else.
+ *
+ * - One table for every limiter, `tokenproxy.<rate_limits.table>`, created here once, at start-up (the
+ *   limiters are built with `tableCreated: true`; left to them, each would run its own CREATE
+ *   TABLE and, keyed by its prefix, one table per rule). Rows are keyed
+ *   `<key_prefix><rule>:{<tenant>}:<counter>`, as on Redis. `key text`, not the library's
+ *   varchar(255): a long key_prefix must not turn every check into a store failure.
+ * - UNLOGGED: a counter update writes no WAL, so a check costs no fsync of its own. The price: a
+ *   crash of PostgreSQL (not a clean restart) empties the table, and standbys do not have it;
+ *   limits restart from zero then, as on a Redis without persistence.
+ * - Each update is one `INSERT … ON CONFLICT DO UPDATE … RETURNING` on one row: atomic, so
+ *   instances together admit a limit exactly once. Windows end at `expire`, milliseconds of the
+ *   clock of the instance that opened them: keep the instances' clocks in sync (NTP).
+ * - Expired rows are deleted by one sweep per service every 5 minutes (the library's own sweep,
+ *   off here, runs one timer per limiter, each over the whole table).
+ * - Failures: the library rejects with pg's error. It leaves here as "PostgreSQL <code>" (the
+ *   SQLSTATE or socket error code), since pg's messages can quote values of a statement.
+ */
+import pg from 'pg';
+import { RateLimiterPostgres, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import type { TokenStore } from '../store/types.js';
+
+/** The schema of the token store's tables (src/store/postgres/schema.ts creates it at connect). */
+const SCHEMA = 'tokenproxy';
+const SWEEP_EVERY_MS = 5 * 60_000;
+
+type Limiter = Pick<RateLimiterAbstract, 'consume'>;
+
+/**
+ * The one accessor of the token store's pool: the PostgreSQL store's `pool`, or undefined for any
+ * other store. Read through the instance (not an import of the store's module), so the rate
+ * limits do not depend on where that module lives.
+ */
+export function postgresPoolOf(store: TokenStore): pg.Pool | undefined {
+  return store.kind === 'postgres' && 'pool' in store && store.pool instanceof pg.Pool ? store.pool : undefined;
+}
+
+/** The SQLSTATE, or the socket's errno code, or a short name of what failed; never pg's message. */
+function failureCode(err: unknown): string {
+  if (err && typeof err === 'object') {
+    const code = (err as { code?: unknown }).code;
+    if (typeof code === 'string' && /^[A-Z0-9_]{1,32}$/.test(code)) return code;
+    const message = (err as { message?: unknown }).message;
+    if (typeof message === 'string') {
+      if (/timeout/i.test(message)) return 'timeout';
+      if (/terminated|ended|closed|not queryable|after calling end/i.test(message)) return 'connection_closed';
+    }
+  }
+  return 'error';
+}
+
+export class PostgresCounters {
+  readonly #pool: pg.Pool;
+  readonly #table: string;
+  #created = false;
+  #creating: Promise<void> | undefined;
+  readonly #sweep: NodeJS.Timeout;
+
+  constructor(pool: pg.Pool, table: string) {
+    this.#pool = pool;
+    this.#table = table;
+    this.#sweep = setInterval(() => void this.sweep(), SWEEP_EVERY_MS);
+    this.#sweep.unref();
+  }
+
+  /** The table is known to exist (a check need not wait for ensureTable). */
+  get ready(): boolean {
+    return this.#created;
+  }
+
+  /**
+   * Creates the table if missing; one attempt at a time, and a failed one is tried again by the
+   * next check (PostgreSQL may be down at the first check and back later).
+   */
+  ensureTable(): Promise<void> {
+    if (this.#created) return Promise.resolve();
+    this.#creating ??= this.#pool
+      .query(`CREATE UNLOGGED TABLE IF NOT EXISTS ${SCHEMA}.${this.#table} (key text PRIMARY KEY, points integer NOT NULL DEFAULT 0, expire bigint) WITH (fillfactor = 80)`)
+      .then(
+        () => {
+          this.#created = true;
+        },
+        (err: unknown) => {
+          this.#creating = undefined;
+          // Instances starting at once: CREATE … IF NOT EXISTS can still collide on the catalog's
+          // unique index (23505); the other one created it.
+          if ((err as { code?: unknown }).code === '23505') {
+            this.#created = true;
+            return;
+          }
+          throw new Error(`PostgreSQL ${failureCode(err)} (creating the rate-limit table)`);
+        },
+      );
+    return this.#creating;
+  }
+
+  /** A limiter counting in the table; its store failures reject with an Error naming only the code. */
+  limiter(opts: { keyPrefix: string; points: number; duration: number; blockDuration: number }): Limiter {
+    const inner = new RateLimiterPostgres({
+      ...opts,
+      storeClient: this.#pool,
+      storeType: 'pool',
+      schemaName: SCHEMA,
+      tableName: this.#table,
+      tableCreated: true,
+      clearExpiredByTimeout: false,
+    });
+    return {
+      consume: (key, points) =>
+        inner.consume(key, points).catch((e: unknown) => {
+          throw e instanceof RateLimiterRes ? e : new Error(`PostgreSQL ${failureCode(e)}`);
+        }),
+    };
+  }
+
+  /** Deletes expired rows (an expired row counts as absent anyway: this only bounds the table). */
+  async sweep(): Promise<number> {
+    if (!this.#created) return 0;
+    const r = await this.#pool.query(`DELETE FROM ${SCHEMA}.${this.#table} WHERE expire < $1`, [Date.now()]).catch(() => null);
+    return r?.rowCount ?? 0;
+  }
+
+  close(): void {
+    clearInterval(this.#sweep);
+  }
+}
