@@ -13,6 +13,7 @@ import { sha256 } from './auth/keys.js';
 import { ConfigError, type LoadedConfig } from './config/load.js';
 import { loadFullConfig } from './model/compile.js';
 import type { ProcessOutcome } from './pid-file.js';
+import type { StartupNotice } from './production.js';
 
 export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;
@@ -67,15 +68,17 @@ function digestLine(key: string): string {
 }
 
 /** Starts the service and stops it cleanly on SIGTERM/SIGINT (the process stays up while it runs). */
-async function start(config: LoadedConfig): Promise<number | null> {
+async function start(config: LoadedConfig, notices: StartupNotice[]): Promise<number | null> {
   // Loaded here, not at the top: the tool commands need none of the service's modules.
   const cluster = await import('./cluster.js');
-  if (cluster.isClusterPrimary(config)) return cluster.runPrimary(config);
+  if (cluster.isClusterPrimary(config)) return cluster.runPrimary(config, notices);
   const [{ createLogger }, { startService }, { exitProcess, tryLog, SHUTDOWN_MARGIN_MS }, { onSighup }, pidFiles] = await Promise.all([
     import('./log.js'), import('./server.js'), import('./exit.js'), import('./reload-signal.js'), import('./pid-file.js'),
   ]);
   const log = cluster.workerLogger(createLogger(config.log.level));
   const worker = cluster.isWorkerProcess();
+  // Once per service: a cluster's primary logs them, not each worker.
+  if (!worker) for (const n of notices) log.warn(n.fields, n.msg);
   let service: Awaited<ReturnType<typeof startService>> | undefined;
   let stopping = false;
   // Live reload (README "Reload", issue 31): a reload request is never lost. SIGHUP has been
@@ -267,7 +270,15 @@ const commands: Record<string, Command> = {
     options: configOption,
     async run(values, io) {
       const config = loadConfig(values, io);
-      return config ? start(config) : EXIT_FAILED;
+      if (!config) return EXIT_FAILED;
+      // issue 29: production mode refuses, one line per reason, before anything is created.
+      const { productionCheck, startupNotices } = await import('./production.js');
+      const check = productionCheck(config);
+      if (config.server.mode === 'production' && check.refusals.length > 0) {
+        for (const reason of check.refusals) io.err(`tokenproxy: production mode refuses to start: ${reason}\n`);
+        return EXIT_FAILED;
+      }
+      return start(config, startupNotices(config.server.mode, check));
     },
   },
   'check-config': {
