@@ -102,19 +102,22 @@ function masterKeyRefusal(config: LoadedConfig, cwd: string): string | null {
   return null;
 }
 
+/** The refusal of published development keys, if the config holds one (also checked on reload in production mode). */
+export function publishedKeyRefusal(config: LoadedConfig): string | null {
+  const published = configuredKeys(config).filter((k) => PUBLISHED_DIGESTS.has(k.digest ?? sha256(k.plain!).toString('hex'))).map((k) => k.at);
+  if (published.length === 0) return null;
+  return `${pathList(published)} ${published.length === 1 ? 'is a development key' : 'are development keys'} published in the README and the default config: ` +
+    'make your own (tokenproxy gen-key --type private|public|proxy) and list their digests';
+}
+
 /** What production mode refuses and warns about for this config (development mode reports the refusals only). */
 export function productionCheck(config: LoadedConfig, cwd: string = process.cwd()): ProductionCheck {
   const refusals: string[] = [];
   const master = masterKeyRefusal(config, cwd);
   if (master) refusals.push(master);
+  const published = publishedKeyRefusal(config);
+  if (published) refusals.push(published);
   const keys = configuredKeys(config);
-  const published = keys.filter((k) => PUBLISHED_DIGESTS.has(k.digest ?? sha256(k.plain!).toString('hex'))).map((k) => k.at);
-  if (published.length > 0) {
-    refusals.push(
-      `${pathList(published)} ${published.length === 1 ? 'is a development key' : 'are development keys'} published in the README and the default config: ` +
-        'make your own (tokenproxy gen-key --type private|public|proxy) and list their digests',
-    );
-  }
   const warnings: string[] = [];
   const plain = keys.filter((k) => k.plain !== undefined).map((k) => k.at);
   if (plain.length > 0) {

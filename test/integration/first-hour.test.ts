@@ -211,6 +211,17 @@ t.test('production mode: its warnings once; server.admin serves /metrics and the
   const pub = await fetch(`${upB.url as string}/metrics`);
   t.equal(pub.status, 404, 'the public listener does not serve it');
   t.equal(((await pub.json()) as { code: string }).code, 'route_not_found');
+
+  // A reload that brings a published key in is refused like a start, and the key stays unknown.
+  const DEV_KEY = 'key_dev_private_change_me_0000000000';
+  ownConfig(admin, [{ sha256: sha(OWN_KEY) }, DEV_KEY], { server: { admin: { port: 0 } } });
+  process.kill(b.child.pid!, 'SIGHUP');
+  const refused = await waitFor(() => lines(b.stdout()).find((l) => typeof l.msg === 'string' && l.msg.startsWith('reload refused')), { timeoutMs: 30_000, what: `reload refused:\n${b.stdout()}` });
+  t.same(refused.problems, ['production mode: tenants[0].applications[0].keys[1] is a development key published in the README and the default config: make your own (tokenproxy gen-key --type private|public|proxy) and list their digests']);
+  const tried = await fetch(`${upB.url as string}/tokens`, { headers: { 'svc-api-key': DEV_KEY } });
+  t.equal(tried.status, 401, 'the published key is not accepted');
+  await tried.text();
+  t.notOk(b.stdout().includes(DEV_KEY), 'and not logged');
   process.kill(-b.child.pid!, 'SIGTERM');
   t.equal(await b.exited, 0);
 });
