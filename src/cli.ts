@@ -13,7 +13,7 @@ import { sha256 } from './auth/keys.js';
 import { ConfigError, type LoadedConfig } from './config/load.js';
 import { loadFullConfig } from './model/compile.js';
 import type { ProcessOutcome } from './pid-file.js';
-import type { StartupNotice } from './production.js';
+import type { ProductionCheck, StartupNotice } from './production.js';
 
 export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;
@@ -61,6 +61,18 @@ function loadConfig(values: Values, io: Io): LoadedConfig | null {
     }
     throw err;
   }
+}
+
+/**
+ * issue 29: in production mode, what it refuses is written, one line per reason, and null is
+ * returned (before anything is created); otherwise the check, for the start-up notices.
+ */
+async function productionRefused(config: LoadedConfig, io: Io): Promise<ProductionCheck | null> {
+  const { productionCheck } = await import('./production.js');
+  const check = productionCheck(config);
+  if (config.server.mode !== 'production' || check.refusals.length === 0) return check;
+  for (const reason of check.refusals) io.err(`tokenproxy: production mode refuses to start: ${reason}\n`);
+  return null;
 }
 
 function digestLine(key: string): string {
@@ -271,23 +283,19 @@ const commands: Record<string, Command> = {
     async run(values, io) {
       const config = loadConfig(values, io);
       if (!config) return EXIT_FAILED;
-      // issue 29: production mode refuses, one line per reason, before anything is created.
-      const { productionCheck, startupNotices } = await import('./production.js');
-      const check = productionCheck(config);
-      if (config.server.mode === 'production' && check.refusals.length > 0) {
-        for (const reason of check.refusals) io.err(`tokenproxy: production mode refuses to start: ${reason}\n`);
-        return EXIT_FAILED;
-      }
+      const check = await productionRefused(config, io);
+      if (!check) return EXIT_FAILED;
+      const { startupNotices } = await import('./production.js');
       return start(config, startupNotices(config.server.mode, check));
     },
   },
   'check-config': {
     summary: 'validate a config file and exit',
-    usage: `tokenproxy check-config [--config PATH]\n\nValidates the file (schema and cross-references; reactor code is read but compiled only at start)\nand prints a summary, or every problem with its path. No key is printed.\n\n${CONFIG_HELP}`,
+    usage: `tokenproxy check-config [--config PATH]\n\nValidates the file (schema and cross-references; reactor code is read but compiled only at start)\nand prints a summary, or every problem with its path; in production mode (NODE_ENV=production or\nserver.mode: production) also what production mode refuses. No key is printed.\n\n${CONFIG_HELP}`,
     options: configOption,
-    run(values, io) {
+    async run(values, io) {
       const config = loadConfig(values, io);
-      if (!config) return EXIT_FAILED;
+      if (!config || !(await productionRefused(config, io))) return EXIT_FAILED;
       const t = config.tenants;
       const count = (f: (x: (typeof t)[number]) => unknown[]) => t.reduce((n, x) => n + f(x).length, 0);
       io.out(

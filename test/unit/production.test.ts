@@ -189,3 +189,30 @@ t.test('npm start builds only when a source is newer than the last successful bu
   at('tsconfig.build.json', 3500);
   t.equal(buildDecision(root).build, true, 'a changed TypeScript setting rebuilds too');
 });
+
+t.test('check-config in production mode says what production mode refuses, exit 1; in development mode the same file is OK', async (t) => {
+  const { runCli } = await import('../../src/cli.js');
+  const check = async (mode: string): Promise<{ code: number | null; out: string; err: string }> => {
+    const file = join(dir, `check-${mode}.json`);
+    writeFileSync(file, JSON.stringify({
+      server: { mode, admin: { port: 0 } },
+      store: { kind: 'embedded', path: join(dir, `check-${mode}/tokens.db`) },
+      secrets: { master_key_file: join(dir, `check-${mode}/master.key`) },
+      tenants: [{ id: TENANT, name: 't', applications: [{ id: APP, name: 'a', type: 'private', keys: [{ sha256: digest(OWN_KEY) }] }] }],
+    }));
+    let out = '';
+    let err = '';
+    const code = await runCli(['check-config', '--config', file], { out: (x) => void (out += x), err: (x) => void (err += x), stdin: () => '' });
+    return { code, out, err };
+  };
+  const prod = await check('production');
+  t.equal(prod.code, 1);
+  t.same(prod.err.split('\n'), [
+    `tokenproxy: production mode refuses to start: secrets.master_key_file ${join(dir, 'check-production/master.key')} is inside the store's data directory ${join(dir, 'check-production')}: keep the master key outside it, so a copy of the data never carries its key`,
+    '',
+  ]);
+  t.equal(prod.out, '');
+  const dev = await check('development');
+  t.equal(dev.code, 0, dev.err);
+  t.match(dev.out, /: OK \(1 tenant/);
+});
