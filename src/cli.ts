@@ -14,6 +14,7 @@ import { sha256 } from './auth/keys.js';
 import { ConfigError, type LoadedConfig } from './config/load.js';
 import { loadFullConfig } from './model/compile.js';
 import type { ProcessOutcome } from './pid-file.js';
+import type { ProductionCheck, StartupNotice } from './production.js';
 
 export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;
@@ -65,20 +66,34 @@ function loadConfig(values: Values, io: Io): LoadedConfig | null {
   }
 }
 
+/**
+ * issue 29: in production mode, what it refuses is written, one line per reason, and null is
+ * returned (before anything is created); otherwise the check, for the start-up notices.
+ */
+async function productionRefused(config: LoadedConfig, io: Io): Promise<ProductionCheck | null> {
+  const { productionCheck } = await import('./production.js');
+  const check = productionCheck(config);
+  if (config.server.mode !== 'production' || check.refusals.length === 0) return check;
+  for (const reason of check.refusals) io.err(`tokenproxy: production mode refuses to start: ${reason}\n`);
+  return null;
+}
+
 function digestLine(key: string): string {
   return `{ sha256: "${sha256(key).toString('hex')}" }`;
 }
 
 /** Starts the service and stops it cleanly on SIGTERM/SIGINT (the process stays up while it runs). */
-async function start(config: LoadedConfig): Promise<number | null> {
+async function start(config: LoadedConfig, notices: StartupNotice[]): Promise<number | null> {
   // Loaded here, not at the top: the tool commands need none of the service's modules.
   const cluster = await import('./cluster.js');
-  if (cluster.isClusterPrimary(config)) return cluster.runPrimary(config);
+  if (cluster.isClusterPrimary(config)) return cluster.runPrimary(config, notices);
   const [{ createLogger }, { startService }, { exitProcess, tryLog, SHUTDOWN_MARGIN_MS }, { onSighup }, pidFiles] = await Promise.all([
     import('./log.js'), import('./server.js'), import('./exit.js'), import('./reload-signal.js'), import('./pid-file.js'),
   ]);
   const log = cluster.workerLogger(createLogger(config.log.level));
   const worker = cluster.isWorkerProcess();
+  // Once per service: a cluster's primary logs them, not each worker.
+  if (!worker) for (const n of notices) log.warn(n.fields, n.msg);
   let service: Awaited<ReturnType<typeof startService>> | undefined;
   let stopping = false;
   // Live reload (README "Reload", issue 31): a reload request is never lost. SIGHUP has been
@@ -270,16 +285,20 @@ const commands: Record<string, Command> = {
     options: configOption,
     async run(values, io) {
       const config = loadConfig(values, io);
-      return config ? start(config) : EXIT_FAILED;
+      if (!config) return EXIT_FAILED;
+      const check = await productionRefused(config, io);
+      if (!check) return EXIT_FAILED;
+      const { startupNotices } = await import('./production.js');
+      return start(config, startupNotices(config.server.mode, check));
     },
   },
   'check-config': {
     summary: 'validate a config file and exit',
-    usage: `tokenproxy check-config [--config PATH]\n\nValidates the file (schema and cross-references; reactor code is read but compiled only at start)\nand prints a summary, or every problem with its path. No key is printed.\n\n${CONFIG_HELP}`,
+    usage: `tokenproxy check-config [--config PATH]\n\nValidates the file (schema and cross-references; reactor code is read but compiled only at start)\nand prints a summary, or every problem with its path; in production mode (NODE_ENV=production or\nserver.mode: production) also what production mode refuses. No key is printed.\n\n${CONFIG_HELP}`,
     options: configOption,
-    run(values, io) {
+    async run(values, io) {
       const config = loadConfig(values, io);
-      if (!config) return EXIT_FAILED;
+      if (!config || !(await productionRefused(config, io))) return EXIT_FAILED;
       const t = config.tenants;
       const count = (f: (x: (typeof t)[number]) => unknown[]) => t.reduce((n, x) => n + f(x).length, 0);
       io.out(

@@ -29,6 +29,7 @@ import type { DestinationStream } from 'pino';
 import { exitProcess, SHUTDOWN_MARGIN_MS, tryLog } from './exit.js';
 import { createLogger, stdoutDestination, type Logger } from './log.js';
 import { writePidFile, writeReloadStatus, type ProcessOutcome, type ProcessStatus } from './pid-file.js';
+import type { StartupNotice } from './production.js';
 import { onSighup } from './reload-signal.js';
 
 /** The message the primary sends a worker to make it drain and exit. */
@@ -186,10 +187,12 @@ function relayLines(from: Readable, out: DestinationStream, paused: Set<Readable
 }
 
 /** Runs the primary; returns null (the process keeps running until it exits on its own). */
-export function runPrimary(config: LoadedConfig): null {
+export function runPrimary(config: LoadedConfig, notices: readonly StartupNotice[] = []): null {
   const n = workerCount(config);
   const out = stdoutDestination();
   const log = createLogger(config.log.level, out).child({ pid: process.pid, role: 'primary' });
+  // The start-up notices of production mode (issue 29), once for the service, not per worker.
+  for (const notice of notices) log.warn(notice.fields, notice.msg);
   if (config.store.kind === 'embedded' && config.store.path === ':memory:') {
     log.fatal({ workers: n }, 'start-up failed: server.workers > 1 needs a store the workers share (an embedded store file or Redis), not :memory:');
     exitProcess(log, 1);

@@ -16,6 +16,7 @@ import { tokenRoutes } from './api/tokens.js';
 import { detokenizeRoutes } from './api/detokenize.js';
 import { AuditTrail } from './audit/trail.js';
 import { Detokenizer } from './detokenize/service.js';
+import { adminListener } from './config/admin.js';
 import type { LoadedConfig } from './config/load.js';
 import { openStoreAndRing } from './crypto/open.js';
 import { closeSilentConnections } from './http/connections.js';
@@ -57,7 +58,7 @@ export interface RunningService {
    * the old one); an invalid one keeps the running model and logs every problem.
    */
   reload(): Promise<ReloadOutcome>;
-  /** http://host:port of the separate metrics listener (metrics.port), else null. */
+  /** http://host:port of the admin listener serving /metrics (server.admin or metrics.port), else null. */
   metricsUrl: string | null;
   /** Every route of the router serving the current model (the OpenAPI document lists them). */
   readonly routes: readonly Route[];
@@ -134,7 +135,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     await reactors.sync(first.reactors);
     const rateLimits = createRateLimitStage(limits, metrics);
     let draining = false;
-    const metricsHttp = metricsEndpoint(config.metrics, config.server.host, metrics);
+    const metricsHttp = metricsEndpoint(config.metrics, adminListener(config), metrics);
     const idempotency = new Idempotency({ store, ring, log, ...(opts.purgeEveryMs?.idempotency ? { purgeEveryMs: opts.purgeEveryMs.idempotency } : {}) });
     cleanups.push(() => idempotency.close());
     const serve = (model: Model): Serving => {

@@ -11,6 +11,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parseDocument } from 'yaml';
 import type { z } from 'zod';
+import { adminListener } from './admin.js';
 import { MAX_CODE_LENGTH } from './limits.js';
 import { yamlProblems } from './yaml-error.js';
 import { configSchema, PUBLIC_PERMISSIONS, TYPE_ONLY_PERMISSIONS, type Config } from './schema.js';
@@ -99,6 +100,9 @@ export function buildConfig(raw: unknown, opts: { source?: string | null; env?: 
     cfg.server.port = port;
   }
   if (env.HOST) cfg.server.host = env.HOST;
+  // issue 29: NODE_ENV=production turns production mode on; it never turns it off (a file that
+  // says `server.mode: production` stays in production whatever the environment says).
+  if (env.NODE_ENV === 'production') cfg.server.mode = 'production';
   // PostgreSQL's password from the environment (issue 24), as TOKENPROXY_MASTER_KEY: it wins over
   // store.password and a password in store.url. Set but empty is a missing secret, not "none".
   const pgPassword = env.TOKENPROXY_STORE_PASSWORD;
@@ -128,10 +132,15 @@ function checkReferences(cfg: Config): string[] {
   }
   problems.push(...(cfg.store.kind === 'postgres' ? postgresProblems(cfg.store) : redisProblems('store', cfg.store)), ...redisProblems('rate_limits', cfg.rate_limits));
   problems.push(...postgresRateLimitProblems(cfg));
+  // issue 29: server.admin is the one documented way; metrics.port/host, its older spelling, still
+  // works alone, but both at once would leave it unclear where /metrics is.
+  if (cfg.server.admin && (cfg.metrics.port !== undefined || cfg.metrics.host !== undefined)) {
+    problems.push('metrics.port: give server.admin (host, port) or metrics.port/metrics.host, not both; metrics.port is the older spelling of server.admin');
+  }
   // Two listeners on one port fail at start with "address in use"; say why before that.
-  if (cfg.metrics.enabled && cfg.metrics.port !== undefined && cfg.metrics.port !== 0 && cfg.metrics.port === cfg.server.port
-    && (cfg.metrics.host ?? cfg.server.host) === cfg.server.host) {
-    problems.push('metrics.port: must differ from server.port (a separate listener for /metrics); leave it out to serve /metrics on server.port');
+  const admin = adminListener(cfg);
+  if (cfg.metrics.enabled && admin && admin.port !== 0 && admin.port === cfg.server.port && overlaps(admin.host, cfg.server.host)) {
+    problems.push(`${admin.from === 'server.admin' ? 'server.admin.port' : 'metrics.port'}: must differ from server.port (a separate listener for /metrics); leave it out to serve /metrics on server.port`);
   }
   const tenantIds = new Set<string>();
   const keys = new Set<string>();
@@ -173,6 +182,12 @@ function checkReferences(cfg: Config): string[] {
     });
   });
   return problems;
+}
+
+/** Two listen addresses that cannot share a port: the same, or one of them every address. */
+function overlaps(a: string, b: string): boolean {
+  const any = (h: string) => h === '0.0.0.0' || h === '::';
+  return a === b || any(a) || any(b);
 }
 
 /** One Redis topology per section; on a Cluster the tenant's hash tag must be the key's first `{…}`. */

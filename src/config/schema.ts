@@ -227,6 +227,21 @@ export const configSchema = z.strictObject({
       lingering_max_bytes: z.number().int().min(0).optional(),
       /** Where `tokenproxy start` writes its process id (for `tokenproxy reload`); none when absent. */
       pid_file: z.string().optional(),
+      /**
+       * issue 29: `production` refuses to start with a generated or co-located master key or a
+       * published development key (src/production.ts). NODE_ENV=production sets it too.
+       */
+      mode: z.enum(['development', 'production']).default('development'),
+      /**
+       * issue 29: a second listener for operators (today `/metrics`), loopback unless told
+       * otherwise, so the public listener does not serve it. Supersedes metrics.port/host.
+       */
+      admin: z
+        .strictObject({
+          host: z.string().default('127.0.0.1'),
+          port: z.number().int().min(0).max(65535),
+        })
+        .optional(),
     })
     .prefault({}),
   store: z

@@ -1,13 +1,14 @@
 /**
  * GET /metrics (README "Metrics"): the Prometheus text exposition format of the service's registry.
  * Not rate limited and not API-key authenticated (a scraper holds no tenant key); protected by an
- * optional bearer token (`metrics.token`, compared in constant time) and/or served only on a
- * listener of its own (`metrics.port`), which belongs behind a firewall.
+ * optional bearer token (`metrics.token`, compared in constant time) and/or served only on the
+ * admin listener (`server.admin`, or its older spelling `metrics.port`), loopback by default.
  */
 import { timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { sha256 } from '../auth/keys.js';
+import type { AdminListener } from '../config/admin.js';
 import type { Config } from '../config/schema.js';
 import { ServiceError } from '../errors.js';
 import type { Route } from '../http/context.js';
@@ -17,9 +18,9 @@ import type { ServiceMetrics } from './registry.js';
 export const METRICS_PATH = '/metrics';
 
 export interface MetricsEndpoint {
-  /** The /metrics route for the main listener: none when disabled or served on metrics.port. */
+  /** The /metrics route for the main listener: none when disabled or served on the admin listener. */
   routes: Route[];
-  /** Starts the separate listener when metrics.port is set; resolves with its URL, else null. */
+  /** Starts the admin listener when there is one; resolves with its URL, else null. */
   listen(): Promise<string | null>;
   close(): Promise<void>;
 }
@@ -43,7 +44,8 @@ function authorizer(token: Config['metrics']['token']): (req: IncomingMessage) =
   };
 }
 
-export function metricsEndpoint(cfg: Config['metrics'], serverHost: string, metrics: ServiceMetrics | undefined): MetricsEndpoint {
+/** `listener`: the admin listener (src/config/admin.ts) that serves /metrics instead of the public one, or null. */
+export function metricsEndpoint(cfg: Config['metrics'], listener: AdminListener | null, metrics: ServiceMetrics | undefined): MetricsEndpoint {
   let server: Server | null = null;
   if (!metrics) return { routes: [], listen: async () => null, close: async () => undefined };
   const authorize = authorizer(cfg.token);
@@ -51,18 +53,17 @@ export function metricsEndpoint(cfg: Config['metrics'], serverHost: string, metr
     authorize(req);
     sendText(res, 200, await metrics.render(), metrics.contentType, headers);
   };
-  const separate = cfg.port !== undefined;
   return {
-    routes: separate ? [] : [{ method: 'GET', path: METRICS_PATH, group: 'health', auth: 'none', handle: (ctx) => serve(ctx.req, ctx.res, ctx.headers) }],
+    routes: listener ? [] : [{ method: 'GET', path: METRICS_PATH, group: 'health', auth: 'none', handle: (ctx) => serve(ctx.req, ctx.res, ctx.headers) }],
     async listen() {
-      if (!separate) return null;
+      if (!listener) return null;
       const s = createServer((req, res) => {
         void answerSeparate(req, res, serve);
       });
       server = s;
       await new Promise<void>((resolve, reject) => {
         s.once('error', reject);
-        s.listen(cfg.port, cfg.host ?? serverHost, () => resolve());
+        s.listen(listener.port, listener.host, () => resolve());
       });
       const { port, address } = s.address() as AddressInfo;
       return `http://${address.includes(':') ? `[${address}]` : address}:${port}`;

@@ -11,6 +11,7 @@ import { applyLive } from '../config/live.js';
 import type { KeyRing } from '../crypto/keyring.js';
 import type { Logger } from '../log.js';
 import type { ReactorMetrics } from '../reactors/metrics.js';
+import { publishedKeyRefusal } from '../production.js';
 import { ReactorRuntime, type ReactorDefinition } from '../reactors/runtime.js';
 import { compileModel, loadFullConfig, type Model, type ModelRef } from './compile.js';
 
@@ -106,6 +107,9 @@ export class Reloader {
     let restartNeeded: string[];
     try {
       const applied = applyLive(running, loadFullConfig({ path: running.source }));
+      // issue 29: production mode refuses the published development keys at a reload as at start.
+      const published = applied.config.server.mode === 'production' ? publishedKeyRefusal(applied.config) : null;
+      if (published) throw new ConfigError([`production mode: ${published}`]);
       restartNeeded = applied.restartNeeded;
       model = compileModel(applied.config);
     } catch (err) {

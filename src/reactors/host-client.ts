@@ -218,11 +218,9 @@ export class HostProcess {
   async stop(graceMs = 2000): Promise<void> {
     if (this.exited) return;
     const gone = new Promise<void>((resolve) => this.onExit(() => resolve()));
-    try {
-      this.child.disconnect();
-    } catch {
-      // channel already closed
-    }
+    // issue 29: disconnect() on a channel already closed (the host is exiting) emits an 'error'
+    // ("IPC channel is already disconnected") rather than throwing: only disconnect a live one.
+    if (this.child.connected) this.child.disconnect();
     const timer = setTimeout(() => this.kill(), graceMs);
     await gone;
     clearTimeout(timer);
