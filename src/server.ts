@@ -34,7 +34,7 @@ import { connectRefuser } from './proxy/methods.js';
 import { EgressPolicy } from './proxy/egress.js';
 import { OutboundProxy } from './proxy/outbound.js';
 import { ProxyService } from './proxy/service.js';
-import type { TokenStore } from './store/types.js';
+import type { Store } from './store/types.js';
 import { TokenService } from './vault/service.js';
 
 export interface RunningService {
@@ -42,7 +42,7 @@ export interface RunningService {
   /** http://host:port of the listening server. */
   url: string;
   port: number;
-  store: TokenStore;
+  store: Store;
   tokens: TokenService;
   /** Resolves detokenization expressions for every route that has them (and writes the audit trail). */
   detokenizer: Detokenizer;
@@ -111,15 +111,15 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
   try {
     // Every audit append goes through one trail: anchored, its new heads logged (issue 23). The
     // vault and the detokenizer append to it themselves.
-    const audit = new AuditTrail(store, ring.auditAnchors(), log);
+    const audit = new AuditTrail(store.audit, ring.auditAnchors(), log);
     cleanups.push(() => audit.close());
-    const tokens = new TokenService(store, ring, {
+    const tokens = new TokenService(store.tokens, ring, {
       maxDepth: config.server.max_depth,
       cvcRetentionMs: config.store.cvc_retention_seconds * 1000,
       metrics,
       audit,
     });
-    const detokenizer = new Detokenizer(store, tokens, { audit, log });
+    const detokenizer = new Detokenizer(store.tokens, tokens, { audit, log });
     const limits = RateLimitService.create(config.rate_limits, { log, ipv6Prefix: config.server.ipv6_prefix });
     cleanups.push(() => limits.close());
     // The reactor host process starts only when some tenant has reactors (at start or at a
@@ -130,7 +130,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     const rateLimits = createRateLimitStage(limits, metrics);
     let draining = false;
     const metricsHttp = metricsEndpoint(config.metrics, config.server.host, metrics);
-    const idempotency = new Idempotency({ store, ring, log, ...(opts.purgeEveryMs?.idempotency ? { purgeEveryMs: opts.purgeEveryMs.idempotency } : {}) });
+    const idempotency = new Idempotency({ store: store.idempotency, ring, log, ...(opts.purgeEveryMs?.idempotency ? { purgeEveryMs: opts.purgeEveryMs.idempotency } : {}) });
     cleanups.push(() => idempotency.close());
     const serve = (model: Model): Serving => {
       const server = model.config.server;
@@ -190,7 +190,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     server.on('connect', connectRefuser(log));
     cleanups.unshift(() => drainServer(server, live.current.config.server.shutdown_grace_ms));
     const purge = setInterval(() => {
-      store.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));
+      store.tokens.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));
     }, opts.purgeEveryMs?.cvc ?? CVC_PURGE_INTERVAL_MS);
     purge.unref();
     cleanups.unshift(() => clearInterval(purge));

@@ -23,7 +23,7 @@ import { ServiceError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { AuditTrail } from '../audit/trail.js';
 import type { AuditAction } from '../store/audit.js';
-import { StoreUnavailableError, type StoredToken, type TokenStore } from '../store/types.js';
+import { StoreUnavailableError, type StoredToken, type TokenPort } from '../store/types.js';
 import { readRecord } from '../vault/records.js';
 import type { TokenService } from '../vault/service.js';
 import type { DetokenizedToken, ExpressionUses, Resolved } from './expressions.js';
@@ -82,7 +82,7 @@ export class Detokenizer {
   private readonly now: () => number;
 
   constructor(
-    private readonly store: TokenStore,
+    private readonly store: TokenPort,
     private readonly tokens: TokenService,
     private readonly opts: DetokenizerOptions,
   ) {

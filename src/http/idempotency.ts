@@ -34,7 +34,7 @@ import { hash, randomUUID } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import { ServiceError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { IdempotencySlot, IdempotencyStore } from '../store/idempotency.js';
+import type { IdempotencyPort, IdempotencySlot } from '../store/idempotency.js';
 import { StoreUnavailableError } from '../store/types.js';
 import type { Context, Route } from './context.js';
 
@@ -56,7 +56,7 @@ export interface Sealer {
 }
 
 export interface IdempotencyOptions {
-  store: IdempotencyStore;
+  store: IdempotencyPort;
   ring: Sealer;
   log: Logger;
   inFlightTtlMs?: number;

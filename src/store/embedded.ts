@@ -19,10 +19,10 @@ import { closeSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import { checkPage, cvcVisible, decodeCursor, decodeDataKey, decodeRecord, encodeCursor, encodeRecord, InvalidCursorError, timeMs } from './codec.js';
-import type { InsertOptions, Page, PageResult, ScopeRule, StoredToken, TokenFilter, TokenStore, WrappedDataKey } from './types.js';
+import type { InsertOptions, Page, PageResult, ScopeRule, StoredToken, TokenFilter, TokenPort, WrappedDataKey, AuditPort, DataKeyPort, Store } from './types.js';
 import { StoreUnavailableError } from './types.js';
 import { MIGRATE_IDEMPOTENCY, type ClaimRow } from './embedded-idempotency.js';
-import type { IdempotencyClaim, IdempotencySlot } from './idempotency.js';
+import type { IdempotencyClaim, IdempotencyPort, IdempotencySlot } from './idempotency.js';
 import type { AuditAnchorSigner } from '../crypto/audit-anchor.js';
 import {
   chain, decodeEvent, TenantSerialAppender, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditPageResult, type StoredAuditHead,
@@ -144,8 +144,12 @@ function prepareReads(db: Database.Database) {
   };
 }
 
-export class EmbeddedStore implements TokenStore {
+export class EmbeddedStore implements Store, TokenPort, AuditPort, DataKeyPort, IdempotencyPort {
   readonly kind = 'embedded' as const;
+  readonly tokens: TokenPort = this;
+  readonly audit: AuditPort = this;
+  readonly dataKeys: DataKeyPort = this;
+  readonly idempotency: IdempotencyPort = this;
   readonly #db: Database.Database;
   readonly #listStatements = new Map<number, Database.Statement<[Params], Row>>();
   readonly #s: ReturnType<typeof prepareReads>;

@@ -53,9 +53,9 @@ import type { ChainableCommander } from 'ioredis';
 import { Cluster } from 'ioredis';
 import { createRedisClient, type RedisClient, type RedisTopology } from '../redis/connect.js';
 import type { Logger } from '../log.js';
-import type { InsertOptions, Page, PageResult, StoredToken, TokenFilter, TokenStore, WrappedDataKey } from './types.js';
+import type { InsertOptions, Page, PageResult, StoredToken, TokenFilter, TokenPort, WrappedDataKey, AuditPort, DataKeyPort, Store } from './types.js';
 import { DuplicateTokenError, StoreUnavailableError } from './types.js';
-import type { IdempotencyClaim, IdempotencySlot } from './idempotency.js';
+import type { IdempotencyClaim, IdempotencyPort, IdempotencySlot } from './idempotency.js';
 import * as idem from './redis-idempotency.js';
 import type { AuditAnchorSigner } from '../crypto/audit-anchor.js';
 import {
@@ -275,8 +275,12 @@ function matches(r: StoredToken, f: TokenFilter): boolean {
   return true;
 }
 
-export class RedisStore implements TokenStore {
+export class RedisStore implements Store, TokenPort, AuditPort, DataKeyPort, IdempotencyPort {
   readonly kind = 'redis' as const;
+  readonly tokens: TokenPort = this;
+  readonly audit: AuditPort = this;
+  readonly dataKeys: DataKeyPort = this;
+  readonly idempotency: IdempotencyPort = this;
   readonly #client: RedisClient;
   readonly #p: string;
   readonly #waitReplicas: number;

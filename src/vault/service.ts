@@ -15,7 +15,7 @@ import type { Logger } from '../log.js';
 import type { VaultMetrics } from '../metrics/registry.js';
 import type { AuditTrail } from '../audit/trail.js';
 import { InvalidCursorError } from '../store/factory.js';
-import { DuplicateTokenError, StoreUnavailableError, type StoredToken, type TokenFilter, type TokenStore } from '../store/types.js';
+import { DuplicateTokenError, StoreUnavailableError, type StoredToken, type TokenFilter, type TokenPort } from '../store/types.js';
 import type { CardData } from './card.js';
 import { addFieldError, at, type Definition } from './definition.js';
 import { ExpressionError, renderExpression } from './expressions.js';
@@ -104,7 +104,7 @@ export class TokenService {
   private readonly now: () => number;
 
   constructor(
-    private readonly store: TokenStore,
+    private readonly store: TokenPort,
     private readonly crypto: VaultCrypto,
     private readonly opts: TokenServiceOptions,
   ) {

@@ -20,6 +20,6 @@ if (redis) {
     t.same(seqs, Array.from({ length: 2 * n }, (_, i) => i + 1), 'every number once, no gap');
     for (const pair of written) t.equal(pair[1]!.seq, pair[0]!.seq + 1, 'one call\'s events stay together');
     t.same(await checkChain(a, AUDIT_TENANT), { ok: true, events: 2 * n, unanchored: false });
-    t.same(await b.auditHead(AUDIT_TENANT), await a.auditHead(AUDIT_TENANT));
+    t.same(await b.audit.auditHead(AUDIT_TENANT), await a.audit.auditHead(AUDIT_TENANT));
   });
 }

@@ -24,5 +24,5 @@ t.test('two stores on one file appending concurrently form one anchored chain', 
   t.same(written.flat().map((e) => e.seq).sort((x, y) => x - y), Array.from({ length: 2 * n }, (_, i) => i + 1), 'every number once, no gap');
   for (const pair of written) t.equal(pair[1]!.seq, pair[0]!.seq + 1, "one call's events stay together");
   t.same(await checkChain(a, AUDIT_TENANT), { ok: true, events: 2 * n, unanchored: false }, 'the chain and the anchor verify');
-  t.same(await b.auditHead(AUDIT_TENANT), await a.auditHead(AUDIT_TENANT));
+  t.same(await b.audit.auditHead(AUDIT_TENANT), await a.audit.auditHead(AUDIT_TENANT));
 });

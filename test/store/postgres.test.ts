@@ -40,7 +40,7 @@ if (server) {
     t.same(await checkChain(stores[0]!, AUDIT_TENANT), { ok: true, events: n, unanchored: false }, 'one chain, anchored head');
     const results = await Promise.all(Array.from({ length: 24 }, (_, i) => stores[i % 4]!.insertMany([makeRecord({ fingerprint: 'race' })], { dedupe: [true] })));
     t.equal(results.filter((r) => r[0] === null).length, 1, 'one insert wrote');
-    const stored = (await stores[1]!.list(TENANT_A, { fingerprint: 'race' }, { size: 100, after: null })).items.map((r) => r.id);
+    const stored = (await stores[1]!.tokens.list(TENANT_A, { fingerprint: 'race' }, { size: 100, after: null })).items.map((r) => r.id);
     t.equal(stored.length, 1, 'one token');
     t.same(new Set(results.map((r) => r[0]?.id ?? stored[0])), new Set(stored), 'every other insert got that token');
   });
@@ -56,8 +56,8 @@ if (server) {
     const setting = async (name: string) => Object.values((await pool.query(`SHOW ${name}`)).rows[0] as Record<string, string>)[0];
     t.same([await setting('statement_timeout'), await setting('lock_timeout'), await setting('idle_in_transaction_session_timeout')], ['5s', '5s', '10s']);
     const r = makeRecord();
-    await store.insertMany([r]);
-    t.same(await store.get(TENANT_A, r.id), r);
+    await store.tokens.insertMany([r]);
+    t.same(await store.tokens.get(TENANT_A, r.id), r);
   });
 
   t.test('the password: from store.password, a { file }, or TOKENPROXY_STORE_PASSWORD, never in a message', { skip: server.checksPasswords ? false : 'the server given by TOKENPROXY_TEST_PG_URL lets a wrong password in (trust)' }, async (t) => {
@@ -103,8 +103,8 @@ function registerSchemaTests(t: Test, server: PostgresServer, open: (t: Test, ur
     const v = await client.query('SELECT version FROM tokenproxy.schema_version');
     t.same(v.rows, [{ version: SCHEMA_VERSION }], 'one version row');
     const r = makeRecord();
-    await stores[0]!.insertMany([r]);
-    t.same(await stores[7]!.get(TENANT_A, r.id), r, 'every instance sees the same tables');
+    await stores[0]!.tokens.insertMany([r]);
+    t.same(await stores[7]!.tokens.get(TENANT_A, r.id), r, 'every instance sees the same tables');
   });
 
   t.test('a schema newer than the code: refused, naming both versions', async (t) => {

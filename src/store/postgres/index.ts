@@ -9,8 +9,8 @@
 import type pg from 'pg';
 import type { AuditAnchorSigner } from '../../crypto/audit-anchor.js';
 import type { AuditEvent, AuditEventInput, AuditFilter, AuditPageResult, StoredAuditHead } from '../audit.js';
-import type { IdempotencyClaim, IdempotencySlot } from '../idempotency.js';
-import type { InsertOptions, Page, PageResult, StoredToken, TokenFilter, TokenStore, WrappedDataKey } from '../types.js';
+import type { IdempotencyClaim, IdempotencyPort, IdempotencySlot } from '../idempotency.js';
+import type { InsertOptions, Page, PageResult, StoredToken, TokenFilter, TokenPort, WrappedDataKey, AuditPort, DataKeyPort, Store } from '../types.js';
 import { PostgresAudit } from './audit.js';
 import { PostgresDataKeys } from './data-keys.js';
 import { PostgresIdempotency } from './idempotency.js';
@@ -21,8 +21,12 @@ import { PostgresTokens } from './tokens.js';
 export { SchemaTooNewError, SCHEMA_VERSION } from './schema.js';
 export type { PostgresPoolOptions as PostgresStoreOptions } from './pool.js';
 
-export class PostgresStore implements TokenStore {
+export class PostgresStore implements Store, TokenPort, AuditPort, DataKeyPort, IdempotencyPort {
   readonly kind = 'postgres' as const;
+  readonly tokens: TokenPort = this;
+  readonly audit: AuditPort = this;
+  readonly dataKeys: DataKeyPort = this;
+  readonly idempotency: IdempotencyPort = this;
   readonly #tokens: PostgresTokens;
   readonly #audit: PostgresAudit;
   readonly #keys: PostgresDataKeys;
