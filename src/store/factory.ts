@@ -7,8 +7,8 @@ import { existsSync } from 'node:fs';
 import { isAbsolute, resolve } from 'node:path';
 import type { Logger } from '../log.js';
 import type { Store } from './types.js';
-import { EmbeddedStore } from './embedded.js';
-import { RedisStore } from './redis.js';
+import { EmbeddedStore } from './embedded/index.js';
+import { RedisStore } from './redis/index.js';
 import { PostgresStore } from './postgres/index.js';
 import type { RedisTopology } from '../redis/connect.js';
 

@@ -3,7 +3,7 @@
  * processes) append to one tenant at once; the compare-and-set on the head keeps one chain.
  */
 import t from 'tap';
-import { RedisStore } from '../../src/store/redis.js';
+import { RedisStore } from '../../src/store/redis/index.js';
 import { redisForFile } from '../helpers/redis.js';
 import { AUDIT_TENANT, auditInput, checkChain, SIGN } from '../store/audit-contract.js';
 

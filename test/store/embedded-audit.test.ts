@@ -8,7 +8,7 @@ import t from 'tap';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { EmbeddedStore } from '../../src/store/embedded.js';
+import { EmbeddedStore } from '../../src/store/embedded/index.js';
 import { AUDIT_TENANT, auditInput, checkChain, SIGN } from './audit-contract.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'tp-embedded-audit-'));

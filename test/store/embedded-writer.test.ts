@@ -1,11 +1,11 @@
 /**
- * The embedded store's writer thread (src/store/embedded-writer.ts): group commit across turns,
+ * The embedded store's writer thread (src/store/embedded/writer.ts): group commit across turns,
  * a duplicate failing only its own batch, the writer dying mid-write, close() with writes in
  * flight, failures mapped without values, and a process that uses the store exiting on its own.
  * Real SQLite files in a temp dir per test; the writer is killed through EmbeddedStore.writerThread().
  */
 import t, { type Test } from 'tap';
-import { Sqlite as Database } from '../../src/store/sqlite.js';
+import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,7 +13,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
 import { makeRecord, TENANT_A } from './contract.js';
-import { EmbeddedStore } from '../../src/store/embedded.js';
+import { EmbeddedStore } from '../../src/store/embedded/index.js';
 import { waitFor } from '../helpers/wait.js';
 import { DuplicateTokenError, StoreUnavailableError, type StoredToken } from '../../src/store/types.js';
 
@@ -192,7 +192,7 @@ t.test('encoding stays on the caller: a bad date is a TypeError for that call al
 });
 
 t.test('a process that uses the store exits on its own, closed or not (the idle writer holds nothing open)', async (t) => {
-  const storeUrl = new URL('../../src/store/embedded.ts', import.meta.url).href;
+  const storeUrl = new URL('../../src/store/embedded/index.ts', import.meta.url).href;
   for (const close of [true, false]) {
     const path = dbPath(t);
     // `--import tsx` on purpose: on Node 20 tsx does not load .ts files in worker threads on its own.

@@ -9,10 +9,10 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { Sqlite as Database } from '../../src/store/sqlite.js';
+import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
 import { runContract, makeRecord, TENANT_A } from './contract.js';
 import { encodeRecord } from '../../src/store/codec.js';
-import { EmbeddedStore } from '../../src/store/embedded.js';
+import { EmbeddedStore } from '../../src/store/embedded/index.js';
 import { createStore } from '../../src/store/factory.js';
 import { KeyRing } from '../../src/crypto/keyring.js';
 import type { Test } from 'tap';
@@ -87,7 +87,7 @@ t.test('the files hold no plaintext card number or cvc', async (t) => {
 t.test('a resolved insert survives kill -9 of the process that made it', async (t) => {
   const path = join(tempDir(t), 'tokens.db');
   const r = makeRecord();
-  const storeUrl = new URL('../../src/store/embedded.ts', import.meta.url).href;
+  const storeUrl = new URL('../../src/store/embedded/index.ts', import.meta.url).href;
   const child = spawn(
     process.execPath,
     ['--import', 'tsx', '--input-type=module', '-e', `

@@ -8,7 +8,7 @@ import type { Test } from 'tap';
 import { Redis } from 'ioredis';
 import { clusterForFile } from '../helpers/redis-topology.js';
 import { runContract, makeRecord } from './contract.js';
-import { RedisStore } from '../../src/store/redis.js';
+import { RedisStore } from '../../src/store/redis/index.js';
 import { createStore } from '../../src/store/factory.js';
 import { StoreUnavailableError, type StoredToken } from '../../src/store/types.js';
 

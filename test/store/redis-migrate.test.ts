@@ -10,7 +10,7 @@ import { redisForFile } from '../helpers/redis.js';
 import { makeRecord, TENANT_A, TENANT_B } from './contract.js';
 import { auditInput, SIGN } from './audit-contract.js';
 import { checkStoredChain } from '../../src/audit/trail.js';
-import { RedisStore } from '../../src/store/redis.js';
+import { RedisStore } from '../../src/store/redis/index.js';
 import { encodeRecord } from '../../src/store/codec.js';
 import { chain, encodeEvent } from '../../src/store/audit.js';
 import type { StoredToken } from '../../src/store/types.js';

@@ -9,7 +9,7 @@ import type { Test } from 'tap';
 import { Redis } from 'ioredis';
 import { sentinelForFile } from '../helpers/redis-topology.js';
 import { runContract, makeRecord } from './contract.js';
-import { RedisStore } from '../../src/store/redis.js';
+import { RedisStore } from '../../src/store/redis/index.js';
 import { StoreUnavailableError } from '../../src/store/types.js';
 
 const sentinel = await sentinelForFile(t);

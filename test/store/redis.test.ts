@@ -10,7 +10,7 @@ import { redisForFile } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
 import { cvcPattern, randomCard, randomCvc } from '../helpers/secrets.js';
 import { runContract, makeRecord, TENANT_A } from './contract.js';
-import { RedisStore } from '../../src/store/redis.js';
+import { RedisStore } from '../../src/store/redis/index.js';
 import { encodeRecord } from '../../src/store/codec.js';
 import { createStore } from '../../src/store/factory.js';
 import { KeyRing } from '../../src/crypto/keyring.js';

@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto';
 import { KeyRing, masterKeyId } from '../../src/crypto/keyring.js';
 import { MasterKeyMismatchError, SealedValueError, UnknownKeyError } from '../../src/crypto/errors.js';
 import { loadMasterKey } from '../../src/crypto/master-key.js';
-import { EmbeddedStore } from '../../src/store/embedded.js';
+import { EmbeddedStore } from '../../src/store/embedded/index.js';
 
 function tempDir(t: Test): string {
   const dir = mkdtempSync(join(tmpdir(), 'tp-crypto-'));

@@ -2,9 +2,9 @@
  * The writes the embedded store sends to its writer thread, as types only: embedded-writer.ts
  * runs them and embedded-wire.ts encodes them, and neither needs the other for these.
  */
-import type { WrappedDataKey } from './types.js';
-import type { AuditEvent, AuditHead, StoredAuditHead } from './audit.js';
-import type { IdempotencyOp } from './embedded-idempotency.js';
+import type { WrappedDataKey } from '../types.js';
+import type { AuditEvent, AuditHead, StoredAuditHead } from '../audit.js';
+import type { IdempotencyOp } from './idempotency-writes.js';
 
 export type Params = Record<string, string | number | null>;
 

@@ -18,20 +18,20 @@ import type Database from 'better-sqlite3';
 import { closeSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Worker } from 'node:worker_threads';
-import { checkPage, cvcVisible, decodeCursor, decodeDataKey, decodeRecord, encodeCursor, encodeRecord, InvalidCursorError, timeMs } from './codec.js';
-import type { InsertOptions, Page, PageResult, ScopeRule, StoredToken, TokenFilter, TokenPort, WrappedDataKey, AuditPort, DataKeyPort, Store } from './types.js';
-import { StoreUnavailableError } from './types.js';
-import { MIGRATE_IDEMPOTENCY, type ClaimRow } from './embedded-idempotency.js';
-import type { IdempotencyClaim, IdempotencyPort, IdempotencySlot } from './idempotency.js';
-import type { AuditAnchorSigner } from '../crypto/audit-anchor.js';
+import { checkPage, cvcVisible, decodeCursor, decodeDataKey, decodeRecord, encodeCursor, encodeRecord, InvalidCursorError, timeMs } from '../codec.js';
+import type { InsertOptions, Page, PageResult, ScopeRule, StoredToken, TokenFilter, TokenPort, WrappedDataKey, AuditPort, DataKeyPort, Store } from '../types.js';
+import { StoreUnavailableError } from '../types.js';
+import { MIGRATE_IDEMPOTENCY, type ClaimRow } from './idempotency-writes.js';
+import type { IdempotencyClaim, IdempotencyPort, IdempotencySlot } from '../idempotency.js';
+import type { AuditAnchorSigner } from '../../crypto/audit-anchor.js';
 import {
   chain, decodeEvent, TenantSerialAppender, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditPageResult, type StoredAuditHead,
-} from './audit.js';
+} from '../audit.js';
 import {
   describeError, LIVE, openConnection, retryBusy, sqliteCode, writeError, writeExecutor, WriterThread,
   type Params, type StoredRow, type WriteOp, type WriteRequest, type WriteResult, type WriteRow,
-} from './embedded-writer.js';
-import { decodeOp, encodeOp, WireReader } from './embedded-wire.js';
+} from './writer.js';
+import { decodeOp, encodeOp, WireReader } from './wire.js';
 
 const SCHEMA_VERSION = 5;
 /** Version 1: the tables. */

@@ -15,7 +15,7 @@
  * (delete, keys, idempotency, audit) are one JSON field each. Nothing here is persisted: both
  * ends are always the same build.
  */
-import type { WriteOp, WriteRow } from './embedded-ops.js';
+import type { WriteOp, WriteRow } from './ops.js';
 
 const NULL = '~';
 const NULL_CODE = 126;

@@ -10,11 +10,11 @@ import type Database from 'better-sqlite3';
 import { Sqlite } from './sqlite.js';
 import { fileURLToPath } from 'node:url';
 import { isMainThread, parentPort, Worker, workerData, type MessagePort } from 'node:worker_threads';
-import { encodeEvent, type AuditHead } from './audit.js';
-import { DuplicateTokenError, StoreUnavailableError } from './types.js';
-import { idempotencyWrites } from './embedded-idempotency.js';
-import { decodeRequests, decodeResults, encodeRequest, encodeResult } from './embedded-wire.js';
-import type { Params, WriteOp, WriteRow } from './embedded-ops.js';
+import { encodeEvent, type AuditHead } from '../audit.js';
+import { DuplicateTokenError, StoreUnavailableError } from '../types.js';
+import { idempotencyWrites } from './idempotency-writes.js';
+import { decodeRequests, decodeResults, encodeRequest, encodeResult } from './wire.js';
+import type { Params, WriteOp, WriteRow } from './ops.js';
 
 const WRITER_ROLE = 'tokenproxy embedded-store writer';
 interface WriterData {
@@ -24,7 +24,7 @@ interface WriterData {
 
 export const LIVE = '(expires_ms IS NULL OR expires_ms > @now)';
 
-export type { Params, WriteOp, WriteRow } from './embedded-ops.js';
+export type { Params, WriteOp, WriteRow } from './ops.js';
 
 /** A stored row as reads return it (embedded.ts decodes it). */
 export interface StoredRow {

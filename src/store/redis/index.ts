@@ -51,17 +51,17 @@
 import { createHash } from 'node:crypto';
 import type { ChainableCommander } from 'ioredis';
 import { Cluster } from 'ioredis';
-import { createRedisClient, type RedisClient, type RedisTopology } from '../redis/connect.js';
-import type { Logger } from '../log.js';
-import type { InsertOptions, Page, PageResult, StoredToken, TokenFilter, TokenPort, WrappedDataKey, AuditPort, DataKeyPort, Store } from './types.js';
-import { DuplicateTokenError, StoreUnavailableError } from './types.js';
-import type { IdempotencyClaim, IdempotencyPort, IdempotencySlot } from './idempotency.js';
-import * as idem from './redis-idempotency.js';
-import type { AuditAnchorSigner } from '../crypto/audit-anchor.js';
+import { createRedisClient, type RedisClient, type RedisTopology } from '../../redis/connect.js';
+import type { Logger } from '../../log.js';
+import type { InsertOptions, Page, PageResult, StoredToken, TokenFilter, TokenPort, WrappedDataKey, AuditPort, DataKeyPort, Store } from '../types.js';
+import { DuplicateTokenError, StoreUnavailableError } from '../types.js';
+import type { IdempotencyClaim, IdempotencyPort, IdempotencySlot } from '../idempotency.js';
+import * as idem from './idempotency-scripts.js';
+import type { AuditAnchorSigner } from '../../crypto/audit-anchor.js';
 import {
   auditMatches, chain, decodeEvent, encodeEvent, TenantSerialAppender,
   type AuditEvent, type AuditEventInput, type AuditFilter, type AuditPageResult, type StoredAuditHead,
-} from './audit.js';
+} from '../audit.js';
 
 function parseHead(raw: string | null): StoredAuditHead | null {
   if (raw === null) return null;
@@ -70,7 +70,7 @@ function parseHead(raw: string | null): StoredAuditHead | null {
 }
 import {
   checkPage, cvcVisible, decodeCursor, decodeDataKey, decodeRecord, encodeCursor, encodeRecord, InvalidCursorError, isLive, scopeAllows, timeMs,
-} from './codec.js';
+} from '../codec.js';
 
 /**
  * Audit append as a compare-and-set on the chain head (Redis' Lua has no SHA-256, so the chain is
