@@ -15,7 +15,7 @@ if (redis) {
     const b = await RedisStore.connect({ url: redis.url, keyPrefix: prefix });
     t.teardown(() => Promise.all([a.close(), b.close()]));
     const n = 80;
-    const written = await Promise.all(Array.from({ length: n }, (_, i) => (i % 2 === 0 ? a : b).appendAudit(AUDIT_TENANT, [auditInput({ request_id: `r${i}` }), auditInput({ request_id: `r${i}b` })], SIGN)));
+    const written = await Promise.all(Array.from({ length: n }, (_, i) => (i % 2 === 0 ? a : b).audit.appendAudit(AUDIT_TENANT, [auditInput({ request_id: `r${i}` }), auditInput({ request_id: `r${i}b` })], SIGN)));
     const seqs = written.flat().map((e) => e.seq).sort((x, y) => x - y);
     t.same(seqs, Array.from({ length: 2 * n }, (_, i) => i + 1), 'every number once, no gap');
     for (const pair of written) t.equal(pair[1]!.seq, pair[0]!.seq + 1, 'one call\'s events stay together');

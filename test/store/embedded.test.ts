@@ -199,7 +199,7 @@ t.test('a version 1 file, duplicate fingerprints included, migrates to the curre
   await store.close();
   const again = new EmbeddedStore(path);
   t.teardown(() => again.close());
-  t.equal((await again.list(TENANT_A, {}, { size: 10, after: null })).items.length, 3, 'opening a version 5 file again changes nothing');
+  t.equal((await again.tokens.list(TENANT_A, {}, { size: 10, after: null })).items.length, 3, 'opening a version 5 file again changes nothing');
 });
 
 t.test('a file newer than this code is refused, and left as it was', async (t) => {

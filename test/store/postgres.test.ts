@@ -35,10 +35,10 @@ if (server) {
     // Each instance batches its own appends per tenant; across instances only the head row lock
     // orders them. The tenant's first append races too (its head row does not exist yet).
     const n = 80;
-    const appended = await Promise.all(Array.from({ length: n }, (_, i) => stores[i % 4]!.appendAudit(AUDIT_TENANT, [auditInput({ request_id: `r${i}` })], SIGN)));
+    const appended = await Promise.all(Array.from({ length: n }, (_, i) => stores[i % 4]!.audit.appendAudit(AUDIT_TENANT, [auditInput({ request_id: `r${i}` })], SIGN)));
     t.same(appended.flat().map((e) => e.seq).sort((a, b) => a - b), Array.from({ length: n }, (_, i) => i + 1), 'every seq once');
     t.same(await checkChain(stores[0]!, AUDIT_TENANT), { ok: true, events: n, unanchored: false }, 'one chain, anchored head');
-    const results = await Promise.all(Array.from({ length: 24 }, (_, i) => stores[i % 4]!.insertMany([makeRecord({ fingerprint: 'race' })], { dedupe: [true] })));
+    const results = await Promise.all(Array.from({ length: 24 }, (_, i) => stores[i % 4]!.tokens.insertMany([makeRecord({ fingerprint: 'race' })], { dedupe: [true] })));
     t.equal(results.filter((r) => r[0] === null).length, 1, 'one insert wrote');
     const stored = (await stores[1]!.tokens.list(TENANT_A, { fingerprint: 'race' }, { size: 100, after: null })).items.map((r) => r.id);
     t.equal(stored.length, 1, 'one token');

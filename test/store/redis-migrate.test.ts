@@ -78,7 +78,7 @@ if (redis) {
     t.same(await store.tokens.get(TENANT_A, a.id), a, 'a record with its cvc');
     t.same(await store.tokens.get(TENANT_A, card.id), card);
     t.same(await store.tokens.get(TENANT_B, b.id), b, 'another tenant');
-    const ids = async (tenant: string, filter: Parameters<RedisStore['list']>[1]) => (await store.tokens.list(tenant, filter, { size: 10, after: null })).items.map((r) => r.id);
+    const ids = async (tenant: string, filter: Parameters<RedisStore['tokens']['list']>[1]) => (await store.tokens.list(tenant, filter, { size: 10, after: null })).items.map((r) => r.id);
     t.same(await ids(TENANT_A, {}), [card.id, a.id], 'newest first');
     t.same(await ids(TENANT_A, { fingerprint: 'fp-1' }), [a.id], 'by fingerprint');
     t.same(await ids(TENANT_A, { metadata: { order: '42' } }), [a.id], 'by metadata');
