@@ -28,6 +28,7 @@ import { ReactorHostSync, Reloader, startKeyRefresh, type ReloadOutcome } from '
 import { metricsEndpoint } from './metrics/endpoint.js';
 import { ServiceMetrics } from './metrics/registry.js';
 import { instrumentStore } from './metrics/store.js';
+import { servicePorts } from './store/service-errors.js';
 import { RateLimitService } from './rate-limit/limiter.js';
 import { createRateLimitStage } from './rate-limit/stage.js';
 import { connectRefuser } from './proxy/methods.js';
@@ -111,15 +112,17 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
   try {
     // Every audit append goes through one trail: anchored, its new heads logged (issue 23). The
     // vault and the detokenizer append to it themselves.
-    const audit = new AuditTrail(store.audit, ring.auditAnchors(), log);
+    // The request path's ports answer a failing store as 503 store_unavailable (store/service-errors.ts).
+    const ports = servicePorts(store);
+    const audit = new AuditTrail(ports.audit, ring.auditAnchors(), log);
     cleanups.push(() => audit.close());
-    const tokens = new TokenService(store.tokens, ring, {
+    const tokens = new TokenService(ports.tokens, ring, {
       maxDepth: config.server.max_depth,
       cvcRetentionMs: config.store.cvc_retention_seconds * 1000,
       metrics,
       audit,
     });
-    const detokenizer = new Detokenizer(store.tokens, tokens, { audit, log });
+    const detokenizer = new Detokenizer(ports.tokens, tokens, { audit, log });
     const limits = RateLimitService.create(config.rate_limits, { log, ipv6Prefix: config.server.ipv6_prefix });
     cleanups.push(() => limits.close());
     // The reactor host process starts only when some tenant has reactors (at start or at a
@@ -130,7 +133,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     const rateLimits = createRateLimitStage(limits, metrics);
     let draining = false;
     const metricsHttp = metricsEndpoint(config.metrics, config.server.host, metrics);
-    const idempotency = new Idempotency({ store: store.idempotency, ring, log, ...(opts.purgeEveryMs?.idempotency ? { purgeEveryMs: opts.purgeEveryMs.idempotency } : {}) });
+    const idempotency = new Idempotency({ store: ports.idempotency, ring, log, ...(opts.purgeEveryMs?.idempotency ? { purgeEveryMs: opts.purgeEveryMs.idempotency } : {}) });
     cleanups.push(() => idempotency.close());
     const serve = (model: Model): Serving => {
       const server = model.config.server;
