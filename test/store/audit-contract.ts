@@ -1,5 +1,5 @@
 /**
- * The audit-trail part of the Store contract (run from contract.ts against every store).
+ * The audit port's contract (store/types.ts AuditPort), run by contract.ts against every backend.
  */
 import type { Test } from 'tap';
 import { randomBytes, randomUUID } from 'node:crypto';

@@ -1,6 +1,6 @@
 /**
- * The idempotency part of the Store contract (store/idempotency.ts), run by runContract
- * against every implementation: claims are atomic, only the owner completes or releases its
+ * The idempotency port's contract (store/idempotency.ts IdempotencyPort), run by contract.ts
+ * against every backend: claims are atomic, only the owner completes or releases its
  * claim, entries expire (a crashed claim, an old answer), and slots are scoped by tenant and key.
  */
 import type { Test } from 'tap';
