@@ -402,7 +402,7 @@ const commands: Record<string, Command> = {
       }
       const config = loadConfig(values, io);
       if (!config) return EXIT_FAILED;
-      const { backupStore, BackupRefusedError } = await import('./store/embedded-backup.js');
+      const { backupStore, BackupRefusedError } = await import('./store/embedded/backup.js');
       const { resolveStorePath } = await import('./store/factory.js');
       if (config.store.kind !== 'embedded') {
         io.err(`tokenproxy backup: the store is ${config.store.kind}, not embedded: back it up with ${config.store.kind === 'redis' ? "Redis's" : "PostgreSQL's"} own tools (the operations guide shows how)\n`);
@@ -433,7 +433,7 @@ const commands: Record<string, Command> = {
       }
       const config = loadConfig(values, io);
       if (!config) return EXIT_FAILED;
-      const { restoreStore, BackupRefusedError } = await import('./store/embedded-backup.js');
+      const { restoreStore, BackupRefusedError } = await import('./store/embedded/backup.js');
       const { resolveStorePath } = await import('./store/factory.js');
       if (config.store.kind !== 'embedded') {
         io.err(`tokenproxy restore: the store is ${config.store.kind}, not embedded: restore it with ${config.store.kind === 'redis' ? "Redis's" : "PostgreSQL's"} own tools (the operations guide shows how)\n`);

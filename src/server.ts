@@ -31,6 +31,7 @@ import { ReactorHostSync, Reloader, startKeyRefresh, type ReloadOutcome } from '
 import { metricsEndpoint } from './metrics/endpoint.js';
 import { ServiceMetrics } from './metrics/registry.js';
 import { instrumentStore } from './metrics/store.js';
+import { servicePorts } from './store/service-errors.js';
 import { RateLimitService } from './rate-limit/limiter.js';
 import { createRateLimitStage } from './rate-limit/stage.js';
 import { postgresPoolOf } from './rate-limit/postgres.js';
@@ -38,7 +39,7 @@ import { connectRefuser } from './proxy/methods.js';
 import { EgressPolicy } from './proxy/egress.js';
 import { OutboundProxy } from './proxy/outbound.js';
 import { InboundProxy } from './proxy/inbound.js';
-import type { TokenStore } from './store/types.js';
+import type { Store } from './store/types.js';
 import { TokenService } from './vault/service.js';
 
 export interface RunningService {
@@ -46,7 +47,7 @@ export interface RunningService {
   /** http://host:port of the listening server. */
   url: string;
   port: number;
-  store: TokenStore;
+  store: Store;
   tokens: TokenService;
   /** Resolves detokenization expressions for every route that has them (and writes the audit trail). */
   detokenizer: Detokenizer;
@@ -115,15 +116,17 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
   try {
     // Every audit append goes through one trail: anchored, its new heads logged (issue 23). The
     // vault and the detokenizer append to it themselves.
-    const audit = new AuditTrail(store, ring.auditAnchors(), log);
+    // The request path's ports answer a failing store as 503 store_unavailable (store/service-errors.ts).
+    const ports = servicePorts(store);
+    const audit = new AuditTrail(ports.audit, ring.auditAnchors(), log);
     cleanups.push(() => audit.close());
-    const tokens = new TokenService(store, ring, {
+    const tokens = new TokenService(ports.tokens, ring, {
       maxDepth: config.server.max_depth,
       cvcRetentionMs: config.store.cvc_retention_seconds * 1000,
       metrics,
       audit,
     });
-    const detokenizer = new Detokenizer(store, tokens, { audit, log });
+    const detokenizer = new Detokenizer(ports.tokens, tokens, { audit, log });
     // Issue 24: `rate_limits.store: postgres` counts on the token store's own pool.
     const limits = RateLimitService.create(config.rate_limits, { log, ipv6Prefix: config.server.ipv6_prefix, postgres: postgresPoolOf(store) });
     cleanups.push(() => limits.close());
@@ -136,7 +139,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     const rateLimits = createRateLimitStage(limits, metrics);
     let draining = false;
     const metricsHttp = metricsEndpoint(config.metrics, adminListener(config), metrics);
-    const idempotency = new Idempotency({ store, ring, log, ...(opts.purgeEveryMs?.idempotency ? { purgeEveryMs: opts.purgeEveryMs.idempotency } : {}) });
+    const idempotency = new Idempotency({ store: ports.idempotency, ring, log, ...(opts.purgeEveryMs?.idempotency ? { purgeEveryMs: opts.purgeEveryMs.idempotency } : {}) });
     cleanups.push(() => idempotency.close());
     const serve = (model: Model): Serving => {
       const server = model.config.server;
@@ -198,7 +201,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     server.on('connect', connectRefuser(log));
     cleanups.unshift(() => drainServer(server, live.current.config.server.shutdown_grace_ms));
     const purge = setInterval(() => {
-      store.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));
+      store.tokens.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));
     }, opts.purgeEveryMs?.cvc ?? CVC_PURGE_INTERVAL_MS);
     purge.unref();
     cleanups.unshift(() => clearInterval(purge));

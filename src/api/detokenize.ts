@@ -10,8 +10,6 @@ import { ServiceError } from '../errors.js';
 import type { Context, Route } from '../http/context.js';
 import { sendJson } from '../http/respond.js';
 import type { AuditEvent, AuditFilter } from '../store/audit.js';
-import { InvalidCursorError } from '../store/factory.js';
-import { StoreUnavailableError } from '../store/types.js';
 import type { AuditTrail } from '../audit/trail.js';
 import { cursor, pageSize } from './paging.js';
 
@@ -70,14 +68,8 @@ export function detokenizeRoutes(detokenizer: Detokenizer, audit: AuditTrail): R
     const q = ctx.url.searchParams;
     const filter = logFilter(q);
     const size = pageSize(q.get('size') ?? undefined);
-    let page;
-    try {
-      page = await audit.list(ctx.principal!.tenant.id, filter, { size, after: cursor(q.get('start')) });
-    } catch (err) {
-      if (err instanceof InvalidCursorError) throw new ServiceError('invalid_cursor', { detail: 'Pass the pagination.next value of a previous page as start' });
-      if (err instanceof StoreUnavailableError) throw new ServiceError('store_unavailable', { cause: err });
-      throw err;
-    }
+    // A cursor the store cannot read is 400 invalid_cursor, a failing store 503 (store/service-errors.ts).
+    const page = await audit.list(ctx.principal!.tenant.id, filter, { size, after: cursor(q.get('start')) });
     sendJson(ctx.res, 200, { pagination: { page_size: size, next: page.next }, data: page.items.map(logView) }, ctx.headers);
   };
   return [

@@ -5,7 +5,7 @@
 import type { Route } from '../http/context.js';
 import { sendJson } from '../http/respond.js';
 import { ServiceError } from '../errors.js';
-import type { TokenStore } from '../store/types.js';
+import type { Store } from '../store/types.js';
 import { z } from 'zod';
 import { problem } from './schemas.js';
 
@@ -23,7 +23,7 @@ const readyz = {
   },
 };
 
-export function healthRoutes(store: TokenStore, draining: () => boolean = () => false): Route[] {
+export function healthRoutes(store: Pick<Store, 'kind' | 'ping'>, draining: () => boolean = () => false): Route[] {
   return [
     { method: 'GET', path: '/healthz', group: 'health', auth: 'none', schemas: healthz, handle: async (ctx) => sendJson(ctx.res, 200, { status: 'ok' }, ctx.headers) },
     {

@@ -9,11 +9,11 @@
  */
 import type { Logger } from '../log.js';
 import { eventHash, verifyChain, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditHead, type ChainCheck } from '../store/audit.js';
-import type { Page, TokenStore } from '../store/types.js';
+import type { AuditPort, Page } from '../store/types.js';
 import { anchorMatches, formatHead, type AuditAnchorSigner } from '../crypto/audit-anchor.js';
 
 /** A tenant's stored events, oldest first, through auditRange's pages (null: an entry that does not decode). */
-export async function* storedEvents(store: TokenStore, tenantId: string, pageSize = 1000): AsyncGenerator<AuditEvent | null> {
+export async function* storedEvents(store: AuditPort, tenantId: string, pageSize = 1000): AsyncGenerator<AuditEvent | null> {
   let after: string | null = null;
   do {
     const page: { items: Array<AuditEvent | null>; next: string | null } = await store.auditRange(tenantId, after, pageSize);
@@ -31,7 +31,7 @@ export interface StoredChainOptions {
 }
 
 /** Checks a tenant's chain in an open store. */
-export async function checkStoredChain(store: TokenStore, tenantId: string, opts: StoredChainOptions): Promise<ChainCheck> {
+export async function checkStoredChain(store: AuditPort, tenantId: string, opts: StoredChainOptions): Promise<ChainCheck> {
   const sign = opts.sign;
   return verifyChain(storedEvents(store, tenantId, opts.pageSize), await store.auditHead(tenantId), tenantId, {
     anchor: sign === null ? null : (tenant, head, anchor) => anchorMatches(sign, tenant, head, anchor),
@@ -47,7 +47,7 @@ export class AuditTrail {
   readonly #unlogged = new Set<string>();
 
   constructor(
-    private readonly store: TokenStore,
+    private readonly store: AuditPort,
     private readonly sign: AuditAnchorSigner,
     private readonly log?: Logger,
   ) {}
@@ -65,7 +65,7 @@ export class AuditTrail {
   }
 
   /** One page of a tenant's events, newest first as the store lists them (GET /logs). */
-  list(tenantId: string, filter: AuditFilter, page: Page): ReturnType<TokenStore['listAudit']> {
+  list(tenantId: string, filter: AuditFilter, page: Page): ReturnType<AuditPort['listAudit']> {
     return this.store.listAudit(tenantId, filter, page);
   }
 

@@ -14,7 +14,7 @@ import { storeSetting } from '../crypto/open.js';
 import { AuditTrail } from './trail.js';
 import type { AuditHead } from '../store/audit.js';
 import { assertStoreExists, createStore, resolveStorePath } from '../store/factory.js';
-import type { TokenStore } from '../store/types.js';
+import type { Store } from '../store/types.js';
 
 export interface VerifyAuditRequest {
   tenantId: string;
@@ -52,25 +52,25 @@ export async function verifyTenantAudit(config: LoadedConfig, req: VerifyAuditRe
   const sign = anchorSigner(master);
   const masterId = masterKeyId(master);
   master.fill(0);
-  let store: TokenStore;
+  let store: Store;
   try {
     store = await createStore(config.store, { mustExist: true });
   } catch (err) {
     return fail(`cannot open the store: ${(err as Error).message}`);
   }
   try {
-    const keys = await store.listDataKeys();
+    const keys = await store.dataKeys.listDataKeys();
     if (keys.length === 0) return fail(`the ${config.store.kind} store holds no data keys: no tokenproxy service has used it (check the store section of the config)`);
     // Data keys are wrapped as w1.<master key id>.…: a wrong master key would fail every anchor, say so plainly.
     if (!keys.every((k) => k.wrapped.split('.')[1] === masterId)) {
       const source = { fromEnv: config.masterKeyFromEnv, file: config.secrets.master_key_file, dataDir: dirname(resolveStorePath(config.store)) };
       return fail(`the master key (id ${masterId}) is not the one this store's data keys were wrapped with. ${masterKeyMismatchHint(source, storeSetting(config))}`);
     }
-    const head = await store.auditHead(tenantId);
-    if (head === null && (await store.auditRange(tenantId, null, 1)).items.length === 0) {
+    const head = await store.audit.auditHead(tenantId);
+    if (head === null && (await store.audit.auditRange(tenantId, null, 1)).items.length === 0) {
       return fail(`tenant ${tenantId} has no audit chain head in the store: no event was ever written for it (or its whole trail was removed)`, 2);
     }
-    const result = await new AuditTrail(store, sign).verify(tenantId, { expect: req.expect, allowUnanchored: req.allowUnanchored });
+    const result = await new AuditTrail(store.audit, sign).verify(tenantId, { expect: req.expect, allowUnanchored: req.allowUnanchored });
     if (!result.ok) {
       io.out(`tenant ${tenantId}: chain BROKEN at event ${result.position}: ${result.reason}\n`);
       return 1;

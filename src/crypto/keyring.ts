@@ -16,7 +16,7 @@
  */
 import { createCipheriv, createDecipheriv, createHmac, createSecretKey, hkdfSync, randomBytes, randomFillSync, type KeyObject } from 'node:crypto';
 import { anchorSigner, type AuditAnchorSigner } from '../crypto/audit-anchor.js';
-import type { TokenStore, WrappedDataKey } from '../store/types.js';
+import type { DataKeyPort, WrappedDataKey } from '../store/types.js';
 import { MasterKeyMismatchError, SealedValueError, UnknownKeyError } from './errors.js';
 
 const SEAL_VERSION = 'v1';
@@ -128,7 +128,7 @@ function nextKid(ring: WrappedDataKey[]): string {
 }
 
 export class KeyRing {
-  readonly #store: TokenStore;
+  readonly #store: DataKeyPort;
   readonly #master: KeyObject;
   readonly #wrapKey: KeyObject;
   readonly #masterId: string;
@@ -139,7 +139,7 @@ export class KeyRing {
   /** The wrapped keys the ring was last loaded from: a refresh that reads the same skips the unwrap. */
   #loadedFrom = '';
 
-  private constructor(master: Buffer, store: TokenStore) {
+  private constructor(master: Buffer, store: DataKeyPort) {
     this.#store = store;
     this.#master = createSecretKey(master);
     this.#wrapKey = derive(this.#master, 'tokenproxy/v1/wrap');
@@ -148,7 +148,7 @@ export class KeyRing {
 
   /** Loads (or, on an empty store, creates) the data keys. Throws MasterKeyMismatchError when
    * the store's keys were wrapped by another master key. */
-  static async open(master: Buffer, store: TokenStore): Promise<KeyRing> {
+  static async open(master: Buffer, store: DataKeyPort): Promise<KeyRing> {
     if (!Buffer.isBuffer(master) || master.length !== KEY_BYTES) throw new Error(`the master key must be ${KEY_BYTES} bytes`);
     const ring = new KeyRing(master, store);
     let wrapped = await store.listDataKeys();

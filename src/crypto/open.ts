@@ -7,13 +7,13 @@ import { dirname } from 'node:path';
 import type { LoadedConfig } from '../config/load.js';
 import type { Logger } from '../log.js';
 import { assertStoreExists, createStore, resolveStorePath, StoreMissingError } from '../store/factory.js';
-import type { TokenStore } from '../store/types.js';
+import type { Store } from '../store/types.js';
 import { KeyRing } from './keyring.js';
 import { MasterKeyMismatchError } from './errors.js';
 import { loadMasterKey, masterKeyMismatchHint } from './master-key.js';
 
 export interface OpenedRing {
-  store: TokenStore;
+  store: Store;
   ring: KeyRing;
 }
 
@@ -24,7 +24,7 @@ export interface OpenedRing {
  * is created, neither the store, its directory, the development master key nor a first data key.
  */
 export async function openStoreAndRing(
-  config: LoadedConfig, log: Logger, warn = (msg: string) => log.warn(msg), wrap: (store: TokenStore) => TokenStore = (s) => s,
+  config: LoadedConfig, log: Logger, warn = (msg: string) => log.warn(msg), wrap: (store: Store) => Store = (s) => s,
   opts: { existing?: boolean } = {},
 ): Promise<OpenedRing> {
   const existing = opts.existing === true;
@@ -49,13 +49,13 @@ export function storeSetting(config: LoadedConfig): string {
   return config.store.kind === 'redis' ? 'store.url and store.key_prefix' : 'store.url';
 }
 
-async function openRing(config: LoadedConfig, master: Buffer, log: Logger, wrap: (store: TokenStore) => TokenStore, existing: boolean): Promise<OpenedRing> {
+async function openRing(config: LoadedConfig, master: Buffer, log: Logger, wrap: (store: Store) => Store, existing: boolean): Promise<OpenedRing> {
   const store = wrap(await createStore(config.store, { log, mustExist: existing }));
   try {
-    if (existing && (await store.listDataKeys()).length === 0) {
+    if (existing && (await store.dataKeys.listDataKeys()).length === 0) {
       throw new StoreMissingError(`the ${config.store.kind} store holds no data keys: no tokenproxy service has used it (check ${config.store.kind === 'redis' ? 'store.url and store.key_prefix' : config.store.kind === 'postgres' ? 'store.url' : 'store.path'})`);
     }
-    const ring = await KeyRing.open(master, store);
+    const ring = await KeyRing.open(master, store.dataKeys);
     return { store, ring };
   } catch (err) {
     await store.close();

@@ -23,7 +23,7 @@ import { ServiceError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { AuditTrail } from '../audit/trail.js';
 import type { AuditAction } from '../store/audit.js';
-import { StoreUnavailableError, type StoredToken, type TokenStore } from '../store/types.js';
+import type { StoredToken, TokenPort } from '../store/types.js';
 import { readRecord } from '../vault/records.js';
 import type { TokenService } from '../vault/service.js';
 import type { DetokenizedToken, ExpressionUses, Resolved } from './expressions.js';
@@ -82,7 +82,7 @@ export class Detokenizer {
   private readonly now: () => number;
 
   constructor(
-    private readonly store: TokenStore,
+    private readonly store: TokenPort,
     private readonly tokens: TokenService,
     private readonly opts: DetokenizerOptions,
   ) {
@@ -135,7 +135,7 @@ export class Detokenizer {
   /** Live tokens of the caller's tenant for every id, or 400 unknown_token. */
   private async fetch(p: Principal, ids: readonly string[]): Promise<StoredToken[]> {
     const unique = [...new Set(ids)];
-    const found = await this.guard(() => this.store.getMany(p.tenant.id, unique));
+    const found = await this.store.getMany(p.tenant.id, unique);
     if (found.length !== unique.length) {
       const missing = unique.length - found.length;
       throw new ServiceError('unknown_token', {
@@ -161,18 +161,9 @@ export class Detokenizer {
   }
 
   private async append(p: Principal, action: AuditAction, ids: string[], destination: string | null, requestId: string): Promise<void> {
-    await this.guard(() => this.opts.audit.append(p.tenant.id, [{
+    await this.opts.audit.append(p.tenant.id, [{
       tenant_id: p.tenant.id, application_id: p.app.id, action, token_ids: ids, destination, request_id: requestId,
       created_at: new Date(this.now()).toISOString(),
-    }]));
-  }
-
-  private async guard<T>(fn: () => Promise<T>): Promise<T> {
-    try {
-      return await fn();
-    } catch (err) {
-      if (err instanceof StoreUnavailableError) throw new ServiceError('store_unavailable', { cause: err });
-      throw err;
-    }
+    }]);
   }
 }

@@ -34,8 +34,8 @@ import { hash, randomUUID } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import { ServiceError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { IdempotencySlot, IdempotencyStore } from '../store/idempotency.js';
-import { StoreUnavailableError } from '../store/types.js';
+import type { IdempotencyPort, IdempotencySlot } from '../store/idempotency.js';
+import { storeErrorName } from '../store/service-errors.js';
 import type { Context, Route } from './context.js';
 
 export const IDEMPOTENCY_HEADER = 'svc-idempotency-key';
@@ -56,7 +56,7 @@ export interface Sealer {
 }
 
 export interface IdempotencyOptions {
-  store: IdempotencyStore;
+  store: IdempotencyPort;
   ring: Sealer;
   log: Logger;
   inFlightTtlMs?: number;
@@ -151,7 +151,7 @@ export class Idempotency {
     ctx.readJson = (accept) => readJson(accept, async (raw) => {
       const h = requestHash(ctx.req.method ?? '', `${ctx.url.pathname}${ctx.url.search}`, raw);
       const owner = randomUUID();
-      const found = await this.#store(() => this.#o.store.claimIdempotencyKey(slot, owner, this.#seal({ v: ENTRY_VERSION, h, k }, aad), this.#o.inFlightTtlMs));
+      const found = await this.#o.store.claimIdempotencyKey(slot, owner, this.#seal({ v: ENTRY_VERSION, h, k }, aad), this.#o.inFlightTtlMs);
       if (found.state === 'claimed') {
         claim = { owner, h };
         return;
@@ -216,7 +216,7 @@ export class Idempotency {
     try {
       stored = await this.#o.store.completeIdempotencyKey(slot, claim.owner, this.#seal(entry, aad), this.#o.answerTtlMs);
     } catch (err) {
-      this.#o.log.warn({ error: err instanceof Error ? err.name : 'unknown' }, 'idempotent answer not stored');
+      this.#o.log.warn({ error: storeErrorName(err) }, 'idempotent answer not stored');
     }
     // The work is done and its answer is sent either way; unstored, a retry would run again.
     if (!stored) await this.#release(slot, claim);
@@ -243,15 +243,6 @@ export class Idempotency {
       return v;
     } catch (err) {
       throw new ServiceError('internal_error', { detail: 'A stored idempotency entry cannot be opened', cause: err });
-    }
-  }
-
-  async #store<T>(op: () => Promise<T>): Promise<T> {
-    try {
-      return await op();
-    } catch (err) {
-      if (err instanceof StoreUnavailableError) throw new ServiceError('store_unavailable', { cause: err });
-      throw err;
     }
   }
 }

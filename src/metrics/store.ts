@@ -1,20 +1,28 @@
 /**
- * Times the token store's writes and counts their failures and the tokens they create, for either
- * store kind, without the stores knowing: the write methods of the instance are wrapped in place
- * (reads are untouched and cost nothing extra; methods added to TokenStore later pass through).
+ * Times the token store's writes and counts their failures and the tokens they create, for every
+ * store kind, without the stores knowing: the write methods of the token and data key ports are
+ * wrapped in place (reads are untouched and cost nothing extra; methods added to a port later pass
+ * through). The `operation` label is the port method's name.
  */
-import { DuplicateTokenError, type StoredToken, type TokenStore } from '../store/types.js';
+import { DuplicateTokenError, type DataKeyPort, type Store, type StoredToken, type TokenPort } from '../store/types.js';
 import type { StoreMetrics } from './registry.js';
 
-const WRITES = ['insertMany', 'update', 'delete', 'purgeCvc', 'addDataKey'] as const;
+const TOKEN_WRITES = ['insertMany', 'update', 'delete', 'purgeCvc'] as const satisfies ReadonlyArray<keyof TokenPort>;
+const DATA_KEY_WRITES = ['addDataKey'] as const satisfies ReadonlyArray<keyof DataKeyPort>;
 
 type Write = (...args: unknown[]) => Promise<unknown>;
 
-export function instrumentStore<S extends TokenStore>(store: S, metrics: StoreMetrics | undefined): S {
+export function instrumentStore<S extends Store>(store: S, metrics: StoreMetrics | undefined): S {
   if (!metrics) return store;
-  const methods = store as unknown as Record<string, Write>;
-  for (const operation of WRITES) {
-    const original = methods[operation]!.bind(store);
+  instrument(store.tokens, TOKEN_WRITES, metrics);
+  instrument(store.dataKeys, DATA_KEY_WRITES, metrics);
+  return store;
+}
+
+function instrument(port: object, writes: readonly string[], metrics: StoreMetrics): void {
+  const methods = port as Record<string, Write>;
+  for (const operation of writes) {
+    const original = methods[operation]!.bind(port);
     methods[operation] = async (...args: unknown[]) => {
       const started = process.hrtime.bigint();
       let result: unknown;
@@ -30,7 +38,6 @@ export function instrumentStore<S extends TokenStore>(store: S, metrics: StoreMe
       return result;
     };
   }
-  return store;
 }
 
 /** insertMany answers null for each record it wrote (a deduplicated one answers the existing token). */

@@ -21,7 +21,7 @@
  */
 import pg from 'pg';
 import { RateLimiterPostgres, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
-import type { TokenStore } from '../store/types.js';
+import type { Store } from '../store/types.js';
 
 /** The schema of the token store's tables (src/store/postgres/schema.ts creates it at connect). */
 const SCHEMA = 'tokenproxy';
@@ -34,7 +34,7 @@ type Limiter = Pick<RateLimiterAbstract, 'consume'>;
  * other store. Read through the instance (not an import of the store's module), so the rate
  * limits do not depend on where that module lives.
  */
-export function postgresPoolOf(store: TokenStore): pg.Pool | undefined {
+export function postgresPoolOf(store: Store): pg.Pool | undefined {
   return store.kind === 'postgres' && 'pool' in store && store.pool instanceof pg.Pool ? store.pool : undefined;
 }
 

@@ -6,9 +6,9 @@
 import { existsSync } from 'node:fs';
 import { isAbsolute, resolve } from 'node:path';
 import type { Logger } from '../log.js';
-import type { TokenStore } from './types.js';
-import { EmbeddedStore } from './embedded.js';
-import { RedisStore } from './redis.js';
+import type { Store } from './types.js';
+import { EmbeddedStore } from './embedded/index.js';
+import { RedisStore } from './redis/index.js';
 import { PostgresStore } from './postgres/index.js';
 import type { RedisTopology } from '../redis/connect.js';
 
@@ -63,7 +63,7 @@ export function assertStoreExists(cfg: StoreConfig, baseDir: string = process.cw
   );
 }
 
-export async function createStore(cfg: StoreConfig, opts: CreateStoreOptions = {}): Promise<TokenStore> {
+export async function createStore(cfg: StoreConfig, opts: CreateStoreOptions = {}): Promise<Store> {
   if (opts.mustExist) assertStoreExists(cfg, opts.baseDir);
   switch (cfg.kind) {
     case 'embedded': {

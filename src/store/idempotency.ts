@@ -19,7 +19,8 @@ export type IdempotencyClaim =
   /** A request answered successfully; `sealed` holds that answer. */
   | { state: 'done'; sealed: string };
 
-export interface IdempotencyStore {
+/** The idempotency port (issue 24 item 5). Contract suite: test/store/idempotency-contract.ts. */
+export interface IdempotencyPort {
   /**
    * One atomic step (across every instance sharing the store): when the slot holds a live entry
    * (in flight or done), answers it and writes nothing; else writes an in-flight entry of

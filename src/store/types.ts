@@ -1,13 +1,12 @@
 import type { AuditAnchorSigner } from '../crypto/audit-anchor.js';
 import type { AuditEvent, AuditEventInput, AuditFilter, AuditPageResult, StoredAuditHead } from './audit.js';
+import type { IdempotencyPort } from './idempotency.js';
 
 /**
- * The token store: what the vault persists. Implementations never see plaintext: `sealed` and
- * `cvc_sealed` are ciphertext strings, `fingerprint` and `index_hashes` are HMAC digests.
- * Contract suite: test/store/contract.ts, run against every implementation.
+ * What the stores keep: the records of the four ports (below) and their errors. Implementations
+ * never see plaintext: `sealed` and `cvc_sealed` are ciphertext strings, `fingerprint` and
+ * `index_hashes` are HMAC digests.
  */
-import type { IdempotencyStore } from './idempotency.js';
-
 export interface StoredToken {
   tenant_id: string;
   id: string;
@@ -100,9 +99,11 @@ export interface InsertOptions {
   dedupe?: readonly boolean[];
 }
 
-/** Idempotency entries (SVC-IDEMPOTENCY-KEY) are kept by the token store too: store/idempotency.ts. */
-export interface TokenStore extends IdempotencyStore {
-  readonly kind: 'embedded' | 'redis' | 'postgres';
+/**
+ * The token port: the vault's records (issue 24 item 5: one of the four ports a `Store` bundles).
+ * Contract suite: test/store/tokens-contract.ts, run against every backend.
+ */
+export interface TokenPort {
   /**
    * Writes every record or none (one transaction / one script). Durable when it resolves.
    * Throws DuplicateTokenError when an id already exists in the tenant (nothing written).
@@ -121,19 +122,21 @@ export interface TokenStore extends IdempotencyStore {
   /** Replaces an existing record (same tenant and id); false when it does not exist. */
   update(record: StoredToken): Promise<boolean>;
   delete(tenantId: string, id: string): Promise<boolean>;
-  /** Newest first; expired tokens are skipped. */
+  /** Newest first; expired tokens are skipped. InvalidCursorError when `page.after` is not a cursor of this store. */
   list(tenantId: string, filter: TokenFilter, page: Page): Promise<PageResult>;
   /** Clears cvc_sealed of every record whose cvc_expires_at <= now; returns how many. */
   purgeCvc(now: Date): Promise<number>;
-  /** The key ring's wrapped data keys, oldest first. */
-  listDataKeys(): Promise<WrappedDataKey[]>;
-  /** Stores a wrapped data key unless one with this kid exists; returns the ring afterwards. */
-  addDataKey(key: WrappedDataKey): Promise<WrappedDataKey[]>;
+}
+
+/**
+ * The audit port: the audit trail (store/audit.ts). Contract suite: test/store/audit-contract.ts.
+ */
+export interface AuditPort {
   /**
-   * Audit trail (store/audit.ts): appends events of one tenant to its chain, atomically with the
-   * chain head and the head's anchor that `sign` computes (crypto/audit-anchor.ts: the store keeps the
-   * anchor, never the key); concurrent appends (from any number of processes) still form one
-   * chain. Returns the stored events, in order.
+   * Appends events of one tenant to its chain, atomically with the chain head and the head's
+   * anchor that `sign` computes (crypto/audit-anchor.ts: the store keeps the anchor, never the
+   * key); concurrent appends (from any number of processes) still form one chain. Returns the
+   * stored events, in order.
    */
   appendAudit(tenantId: string, events: AuditEventInput[], sign: AuditAnchorSigner): Promise<AuditEvent[]>;
   /** Newest first, filtered; `page.after` is a previous page's `next`. */
@@ -145,6 +148,37 @@ export interface TokenStore extends IdempotencyStore {
   auditRange(tenantId: string, after: string | null, limit: number): Promise<{ items: Array<AuditEvent | null>; next: string | null }>;
   /** The tenant's chain head and its anchor, or null before its first event. */
   auditHead(tenantId: string): Promise<StoredAuditHead | null>;
+}
+
+/**
+ * The data key port: the key ring's wrapped data keys (crypto/keyring.ts). Contract suite:
+ * test/store/data-keys-contract.ts.
+ */
+export interface DataKeyPort {
+  /** The key ring's wrapped data keys, oldest first. */
+  listDataKeys(): Promise<WrappedDataKey[]>;
+  /** Stores a wrapped data key unless one with this kid exists; returns the ring afterwards. */
+  addDataKey(key: WrappedDataKey): Promise<WrappedDataKey[]>;
+}
+
+export type StoreKind = 'embedded' | 'redis' | 'postgres';
+
+/**
+ * One backend (src/store/embedded/, redis/, postgres/): its four ports over one connection, and
+ * the connection's lifecycle. Consumers take only the port they need (issue 24 item 5): the vault
+ * and the detokenizer `tokens`, the audit trail `audit`, the key ring `dataKeys`, the idempotency
+ * stage `idempotency`; only wiring (server.ts, crypto/open.ts, the CLI) holds the whole store.
+ * Every port of every backend throws StoreUnavailableError when the store fails (connection,
+ * I/O; messages never carry values); store/service-errors.ts turns that into 503
+ * store_unavailable for the request path, in one place.
+ */
+export interface Store {
+  readonly kind: StoreKind;
+  readonly tokens: TokenPort;
+  readonly audit: AuditPort;
+  readonly dataKeys: DataKeyPort;
+  /** Idempotency entries (SVC-IDEMPOTENCY-KEY): store/idempotency.ts. */
+  readonly idempotency: IdempotencyPort;
   /** Resolves when the store answers; rejects with StoreUnavailableError when it does not. */
   ping(): Promise<void>;
   close(): Promise<void>;

@@ -14,8 +14,7 @@ import { ServiceError, type FieldErrors } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { VaultMetrics } from './metrics.js';
 import type { AuditTrail } from '../audit/trail.js';
-import { InvalidCursorError } from '../store/factory.js';
-import { DuplicateTokenError, StoreUnavailableError, type StoredToken, type TokenFilter, type TokenStore } from '../store/types.js';
+import { DuplicateTokenError, type StoredToken, type TokenFilter, type TokenPort } from '../store/types.js';
 import type { CardData } from './card.js';
 import { addFieldError, at, TOKEN_TYPES, type Definition } from './definition.js';
 import { ExpressionError, renderExpression } from './expressions.js';
@@ -104,7 +103,7 @@ export class TokenService {
   private readonly now: () => number;
 
   constructor(
-    private readonly store: TokenStore,
+    private readonly store: TokenPort,
     private readonly crypto: VaultCrypto,
     private readonly opts: TokenServiceOptions,
   ) {
@@ -194,7 +193,7 @@ export class TokenService {
     if (prepared.length === 0) return;
     let results: Array<StoredToken | null>;
     try {
-      results = await this.guard(() => this.store.insertMany(prepared.map((x) => x.record), { dedupe: prepared.map((x) => x.dedupe) }));
+      results = await this.store.insertMany(prepared.map((x) => x.record), { dedupe: prepared.map((x) => x.dedupe) });
     } catch (err) {
       if (err instanceof DuplicateTokenError) throw new ServiceError('token_conflict', { detail: 'A token with this id already exists; no token was created' });
       throw err;
@@ -261,7 +260,7 @@ export class TokenService {
 
   /** GET /tokens/{id}: the read rule's transform applies; other tenants' tokens are 404. */
   async read(p: Principal, id: string, req: ReadRequest): Promise<TokenRecord> {
-    const t = await this.guard(() => this.store.get(p.tenant.id, id));
+    const t = await this.store.get(p.tenant.id, id);
     if (!t) throw new ServiceError('not_found', { detail: 'No token with this id' });
     const reveals: Reveals = [];
     const record = await this.shape(p, t, access.requireGrant(p.app, 'token:read', t.container), req.log, reveals);
@@ -275,7 +274,7 @@ export class TokenService {
    * checked before any expression is tried on the data.
    */
   async update(p: Principal, id: string, patch: unknown, req: ReadRequest): Promise<TokenRecord> {
-    const t = await this.guard(() => this.store.get(p.tenant.id, id));
+    const t = await this.store.get(p.tenant.id, id);
     if (!t) throw new ServiceError('not_found', { detail: 'No token with this id' });
     access.requireGrant(p.app, 'token:update', t.container);
     const current = await this.plaintext(t);
@@ -291,7 +290,7 @@ export class TokenService {
     record.created_by = t.created_by;
     record.modified_by = p.app.id;
     record.modified_at = new Date(this.now()).toISOString();
-    if (!(await this.guard(() => this.store.update(record)))) throw new ServiceError('not_found', { detail: 'No token with this id' });
+    if (!(await this.store.update(record))) throw new ServiceError('not_found', { detail: 'No token with this id' });
     // The answer is the updated record as a read shows it: under a reveal rule, a reveal.
     const reveals: Reveals = [];
     const shown = await this.shape(p, record, access.readTransform(p.app, record.container), req.log, reveals);
@@ -305,7 +304,7 @@ export class TokenService {
    * expired: 404, as a read answers.
    */
   async updatedView(p: Principal, id: string, req: ReadRequest): Promise<TokenRecord> {
-    const t = await this.guard(() => this.store.get(p.tenant.id, id));
+    const t = await this.store.get(p.tenant.id, id);
     if (!t) throw new ServiceError('not_found', { detail: 'No token with this id' });
     access.requireGrant(p.app, 'token:update', t.container);
     const reveals: Reveals = [];
@@ -315,10 +314,10 @@ export class TokenService {
   }
 
   async remove(p: Principal, id: string): Promise<void> {
-    const t = await this.guard(() => this.store.get(p.tenant.id, id));
+    const t = await this.store.get(p.tenant.id, id);
     if (!t) throw new ServiceError('not_found', { detail: 'No token with this id' });
     access.requireGrant(p.app, 'token:delete', t.container);
-    await this.guard(() => this.store.delete(p.tenant.id, id));
+    await this.store.delete(p.tenant.id, id);
   }
 
   /**
@@ -336,7 +335,7 @@ export class TokenService {
     const context = cursorContext(filter);
     const after = q.start === null ? null : this.crypto.openCursor(p.tenant.id, q.start, context);
     if (q.start !== null && after === null) throw new ServiceError('invalid_cursor', { detail: 'Pass the pagination.next value of a previous page of the same query as start' });
-    const page = await this.guard(() => this.store.list(p.tenant.id, filter, { size: q.size, after }));
+    const page = await this.store.list(p.tenant.id, filter, { size: q.size, after });
     const data: TokenRecord[] = [];
     const reveals: Reveals = [];
     for (const t of page.items) {
@@ -391,21 +390,10 @@ export class TokenService {
   private async audit(p: Principal, reveals: Reveals, req: ReadRequest): Promise<void> {
     if (reveals.length === 0 || !this.opts.audit) return;
     const audit = this.opts.audit;
-    await this.guard(() => audit.append(p.tenant.id, [{
+    await audit.append(p.tenant.id, [{
       tenant_id: p.tenant.id, application_id: p.app.id, action: 'token.reveal', token_ids: reveals, destination: null,
       request_id: req.requestId, created_at: new Date(this.now()).toISOString(),
-    }]));
-  }
-
-  /** Store failures become 503 store_unavailable; everything else passes. */
-  private async guard<T>(fn: () => Promise<T>): Promise<T> {
-    try {
-      return await fn();
-    } catch (err) {
-      if (err instanceof StoreUnavailableError) throw new ServiceError('store_unavailable', { cause: err });
-      if (err instanceof InvalidCursorError) throw new ServiceError('invalid_cursor', { detail: 'Pass the pagination.next value of a previous page as start' });
-      throw err;
-    }
+    }]);
   }
 }
 

@@ -158,8 +158,8 @@ for (const kind of await storeKinds(t)) {
 
       // A token stored before masks were tried (written to the store directly): it fails at read time.
       const legacy = await s.call('POST', '/tokens', { body: { type: 'token', data: 'a'.repeat(1000), metadata: { finding: '5' }, search_indexes: ['{{ data | size }}'] } });
-      const stored = (await s.svc.store.get(TENANT_A, legacy.body.id))!;
-      t.ok(await s.svc.store.update({ ...stored, mask: triple }));
+      const stored = (await s.svc.store.tokens.get(TENANT_A, legacy.body.id))!;
+      t.ok(await s.svc.store.tokens.update({ ...stored, mask: triple }));
       for (const path of ['/tokens?metadata.finding=5', '/tokens/search?query=data:1000']) {
         const page = await s.call('GET', path, { key: KEYS.masked });
         t.equal(page.status, 200, `${path}: the page answers`);

@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCli, type Io } from '../../src/cli.js';
 import { masterKeyId } from '../../src/crypto/keyring.js';
-import { Sqlite } from '../../src/store/sqlite.js';
+import { Sqlite } from '../../src/store/embedded/sqlite.js';
 import { startChild, writeConfig } from '../helpers/process.js';
 import { baseConfig, KEYS, startTestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { runCli, type Io } from '../../src/cli.js';
 import { chain, decodeEvent, eventHash, type AuditEvent } from '../../src/store/audit.js';
-import { Sqlite as Database } from '../../src/store/sqlite.js';
+import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
 import { baseConfig, KEYS, TENANT_A, type TestService } from '../helpers/service.js';
 
 interface Run {

@@ -3,7 +3,7 @@
  * over HTTP, each on its own key prefix of a real redis-server. Without AOF: durability is not what
  * this suite tests (test/integration/durability.test.ts does), and an fsync per write would cost
  * most of its volume. The store's count is read around the service, from the tenant's zset of every
- * token id (store/redis.ts layout: P t:{T}:all), every 100 bodies and at the end.
+ * token id (store/redis/ layout: P t:{T}:all), every 100 bodies and at the end.
  */
 import t from 'tap';
 import { Redis } from 'ioredis';

@@ -8,7 +8,7 @@
  *
  * Redis store, lone surrogates in metadata: a metadata key or value holding a lone UTF-16
  * surrogate (JSON `"\ud800"`) answered 500 internal_error: the store built its index key names
- * with encodeURIComponent, which threw URIError on it (src/store/redis.ts enc now writes a lone
+ * with encodeURIComponent, which threw URIError on it (src/store/redis/index.ts enc now writes a lone
  * surrogate as WTF-8 bytes). The embedded store takes the same body (201).
  */
 import t from 'tap';

@@ -26,7 +26,7 @@ import { KeyIndex, type Principal } from '../../src/auth/keys.js';
 import { buildConfig } from '../../src/config/load.js';
 import { toProblem } from '../../src/errors.js';
 import { readJson } from '../../src/http/body.js';
-import type { TokenStore } from '../../src/store/types.js';
+import type { Store } from '../../src/store/types.js';
 import { baseConfig, call, KEYS, TENANT_A, startTestService, type StartTestOptions, type TestService } from '../helpers/service.js';
 import { createBody, malformed, NONCE, serialize, tokenizeBody } from './bodies.js';
 
@@ -149,20 +149,20 @@ class Oracle {
   readonly stats: Stats = { bodies: 0, byStatus: new Map(), created: 0 };
 
   constructor(
-    private readonly store: TokenStore,
+    private readonly store: Store,
     /** The tenant's exact token count read around the service, when that is cheap (Redis). */
     private readonly cheapCount?: () => Promise<number>,
   ) {
-    const insertMany = store.insertMany.bind(store);
-    store.insertMany = async (records, options) => {
+    const insertMany = store.tokens.insertMany.bind(store.tokens);
+    store.tokens.insertMany = async (records, options) => {
       const existing = await insertMany(records, options);
       // A record answered with an existing token (deduplicated) was not written.
       this.batches.push(records.filter((_, i) => existing[i] === null || existing[i] === undefined).map((r) => r.id));
       return existing;
     };
     for (const m of ['update', 'delete'] as const) {
-      const orig = (store[m] as (...a: unknown[]) => Promise<boolean>).bind(store);
-      (store as unknown as Record<string, unknown>)[m] = async (...a: unknown[]) => {
+      const orig = (store.tokens[m] as (...a: unknown[]) => Promise<boolean>).bind(store.tokens);
+      (store.tokens as unknown as Record<string, unknown>)[m] = async (...a: unknown[]) => {
         this.otherWrites++;
         return orig(...a);
       };
@@ -170,12 +170,12 @@ class Oracle {
   }
 
   async start(): Promise<void> {
-    this.newest = (await this.store.list(TENANT_A, {}, { size: 1, after: null })).items[0]?.id ?? null;
+    this.newest = (await this.store.tokens.list(TENANT_A, {}, { size: 1, after: null })).items[0]?.id ?? null;
   }
 
   /** The store's own state agrees with what the answers created. */
   async truth(fail: (what: string) => never): Promise<void> {
-    const top = (await this.store.list(TENANT_A, {}, { size: 1, after: null })).items[0]?.id ?? null;
+    const top = (await this.store.tokens.list(TENANT_A, {}, { size: 1, after: null })).items[0]?.id ?? null;
     if (top !== this.newest) fail(`the store's newest token is not the last one an answer created`);
     if (this.cheapCount) {
       const n = await this.cheapCount();
@@ -349,11 +349,11 @@ const DEFAULT_BUDGET_MS: Record<'in-process' | 'over HTTP', number> = {
  */
 const FLOOR_SHARE = 0.1;
 
-async function countByPages(store: TokenStore): Promise<number> {
+async function countByPages(store: Store): Promise<number> {
   let n = 0;
   let after: string | null = null;
   do {
-    const page = await store.list(TENANT_A, {}, { size: 100, after });
+    const page = await store.tokens.list(TENANT_A, {}, { size: 100, after });
     n += page.items.length;
     after = page.next;
   } while (after);

@@ -3,7 +3,7 @@
  * it directly (waits up to 5 s for the service's own writer), closed when `fn` returns.
  */
 import { join } from 'node:path';
-import { Sqlite as Database } from '../../src/store/sqlite.js';
+import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
 import type { TestService } from './service.js';
 
 export function withStoreDb<T>(s: TestService, fn: (db: InstanceType<typeof Database>) => T): T {

@@ -82,7 +82,7 @@ t.test('token:use per container through the rules; all or nothing; audited', asy
   t.same(await d.resolveForUse(principal(0, 2), uses([]), audit), { tokens: new Map(), detailed: true }, 'no ids: nothing resolved, nothing audited');
 
   // Three successful uses: three events, destination as an origin only; none for the refusals.
-  const page = await s.svc.store.listAudit(TENANT, {}, { size: 100, after: null });
+  const page = await s.svc.store.audit.listAudit(TENANT, {}, { size: 100, after: null });
   t.same(page.items.map((e) => [e.request_id, e.application_id, e.token_ids.length, e.destination, e.action]).reverse(), [
     ['req-1', principal(0, 2).app.id, 3, 'https://api.example.com:8443', 'proxy.outbound'],
     ['req-1', principal(0, 3).app.id, 1, 'https://api.example.com:8443', 'proxy.outbound'],
@@ -90,20 +90,20 @@ t.test('token:use per container through the rules; all or nothing; audited', asy
   ]);
   t.notMatch(JSON.stringify(page.items), number);
   t.notMatch(JSON.stringify(page.items), /secret/);
-  t.same((await s.svc.store.listAudit(OTHER, {}, { size: 100, after: null })).items, []);
+  t.same((await s.svc.store.audit.listAudit(OTHER, {}, { size: 100, after: null })).items, []);
 
   // List and search answers under a reveal rule are reveals too: one event naming what was shown.
   const listed = await s.call('GET', '/tokens?size=2', { key: CREATOR });
   t.equal(listed.status, 200, listed.text);
   const searched = await s.call('POST', '/tokens/search', { key: CREATOR, body: { query: 'type:card' } });
   t.equal(searched.body.data.length, 1);
-  const reveals = (await s.svc.store.listAudit(TENANT, {}, { size: 100, after: null })).items.filter((e) => e.action === 'token.reveal');
+  const reveals = (await s.svc.store.audit.listAudit(TENANT, {}, { size: 100, after: null })).items.filter((e) => e.action === 'token.reveal');
   t.same(reveals.map((e) => e.token_ids).reverse(), [listed.body.data.map((r: { id: string }) => r.id), [low]]);
 
   // A PATCH answer carries the record as a read does: under a reveal rule it is a reveal as well.
   const patched = await s.call('PATCH', `/tokens/${general}`, { key: CREATOR, body: { metadata: { k: 'v' } }, headers: { 'content-type': 'application/merge-patch+json' } });
   t.equal(patched.status, 200, patched.text);
   t.ok(patched.body.data !== undefined, 'the answer carries the data (a reveal rule)');
-  const after = (await s.svc.store.listAudit(TENANT, {}, { size: 1, after: null })).items;
+  const after = (await s.svc.store.audit.listAudit(TENANT, {}, { size: 1, after: null })).items;
   t.same(after.map((e) => [e.action, e.token_ids]), [['token.reveal', [general]]], 'the PATCH answer is audited');
 });

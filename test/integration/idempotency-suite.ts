@@ -214,7 +214,7 @@ export function idempotencySuite(t: Test, options: (t: Test) => Promise<StartTes
   });
 
   t.test('a claim left by a crashed request: 409 (422 for another body) while it lives, then it expires and the request runs', async (t) => {
-    const ring = await KeyRing.open(Buffer.from(s.masterKey, 'base64'), s.svc.store);
+    const ring = await KeyRing.open(Buffer.from(s.masterKey, 'base64'), s.svc.store.dataKeys);
     const raw = JSON.stringify(cardBody());
     // What a request that claimed the key and then died leaves behind: an in-flight entry naming
     // the request's hash and its API key's id.
@@ -222,7 +222,7 @@ export function idempotencySuite(t: Test, options: (t: Test) => Promise<StartTes
     const crash = async (key: string, ttlMs: number) => {
       const slot = slotOf(TENANT_A, APP_PRIVATE, key);
       const sealed = ring.seal(JSON.stringify({ v: 2, h: requestHash('POST', '/tokenize', Buffer.from(raw)), k: keyId }), sealAad(slot));
-      t.same(await s.svc.store.claimIdempotencyKey(slot, 'crashed', sealed, ttlMs), { state: 'claimed' });
+      t.same(await s.svc.store.idempotency.claimIdempotencyKey(slot, 'crashed', sealed, ttlMs), { state: 'claimed' });
     };
     const send = (key: string, body: string) => s.call('POST', '/tokenize', { raw: body, headers: withKey(key, { 'content-type': 'application/json' }) });
     const held = randomUUID();
@@ -286,7 +286,7 @@ export function idempotencySuite(t: Test, options: (t: Test) => Promise<StartTes
   };
   /** The plaintext of the entry in the private application's slot of `key`, opened with the ring. */
   const openEntry = async (key: string): Promise<string | null> => {
-    const ring = await KeyRing.open(Buffer.from(s.masterKey, 'base64'), s.svc.store);
+    const ring = await KeyRing.open(Buffer.from(s.masterKey, 'base64'), s.svc.store.dataKeys);
     const aad = sealAad(slotOf(TENANT_A, APP_PRIVATE, key));
     for (const raw of await entries(s)) {
       const sealed = sealedOf(raw);
@@ -401,16 +401,16 @@ export function idempotencySuite(t: Test, options: (t: Test) => Promise<StartTes
   t.test('an entry stored by an earlier version (the answer sealed with its plaintext) is never replayed', async (t) => {
     const card = randomCard();
     const id = await newCard(card);
-    const ring = await KeyRing.open(Buffer.from(s.masterKey, 'base64'), s.svc.store);
+    const ring = await KeyRing.open(Buffer.from(s.masterKey, 'base64'), s.svc.store.dataKeys);
     const key = `old-${randomUUID()}`;
     const slot = slotOf(TENANT_A, APP_PRIVATE, key);
     const raw = JSON.stringify({ metadata: { m: 'y' } });
     const h = requestHash('PATCH', `/tokens/${id}`, Buffer.from(raw));
     // What the earlier version stored: {h} while in flight, then {h, status, type, body}.
-    t.same(await s.svc.store.claimIdempotencyKey(slot, 'old', ring.seal(JSON.stringify({ h }), sealAad(slot)), 600_000), { state: 'claimed' });
+    t.same(await s.svc.store.idempotency.claimIdempotencyKey(slot, 'old', ring.seal(JSON.stringify({ h }), sealAad(slot)), 600_000), { state: 'claimed' });
     const oldBody = JSON.stringify({ id, tenant_id: TENANT_A, type: 'card', containers: ['/'], data: { number: card, expiration_month: 1, expiration_year: 2031 } });
     const oldEntry = { h, status: 200, type: 'application/json; charset=utf-8', body: oldBody };
-    t.ok(await s.svc.store.completeIdempotencyKey(slot, 'old', ring.seal(JSON.stringify(oldEntry), sealAad(slot)), 600_000));
+    t.ok(await s.svc.store.idempotency.completeIdempotencyKey(slot, 'old', ring.seal(JSON.stringify(oldEntry), sealAad(slot)), 600_000));
     const r = await s.call('PATCH', `/tokens/${id}`, { raw, headers: patchHeaders(key) });
     t.notOk(r.text.includes(card), 'no card number in the answer');
     t.equal(r.status, 422, r.text.slice(0, 200));

@@ -1,7 +1,7 @@
 /** SVC-IDEMPOTENCY-KEY on the embedded store; the scan reads the idempotency rows of the SQLite file. */
 import t from 'tap';
 import { join } from 'node:path';
-import { Sqlite as Database } from '../../src/store/sqlite.js';
+import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
 import { idempotencySuite } from './idempotency-suite.js';
 
 idempotencySuite(t, async () => ({}), async (s) => {

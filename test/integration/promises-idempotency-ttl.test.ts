@@ -15,7 +15,7 @@
 import t from 'tap';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { Sqlite as Database } from '../../src/store/sqlite.js';
+import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
 import { withStoreDb } from '../helpers/store-file.js';
 import { redisSkip, startRedis } from '../helpers/redis.js';
 import { startTestService, type TestService } from '../helpers/service.js';

@@ -21,7 +21,7 @@ import { randomBytes } from 'node:crypto';
 import { buildConfig } from '../../src/config/load.js';
 import { createLogger } from '../../src/log.js';
 import { startService } from '../../src/server.js';
-import { Sqlite as Database } from '../../src/store/sqlite.js';
+import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
 import { slotOf } from '../../src/http/idempotency.js';
 import { APP_PRIVATE, TENANT_A, baseConfig, call } from '../helpers/service.js';
 import { cvcPattern, randomCard, randomCvc } from '../helpers/secrets.js';

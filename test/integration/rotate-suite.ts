@@ -40,7 +40,7 @@ export async function rotateSuite(t: Test, root: string, store: StoreCfg): Promi
   const direct = await createStore(store);
   t.teardown(() => direct.close());
   /** The kid a token's value is sealed with, read from the store itself. */
-  const kidOf = async (id: string) => KeyRing.kidOf((await direct.get(OPS_TENANT, id))!.sealed);
+  const kidOf = async (id: string) => KeyRing.kidOf((await direct.tokens.get(OPS_TENANT, id))!.sealed);
   const secrets: string[] = [];
   const create = async (url: string) => {
     const data = randomMarker('rotate_data');

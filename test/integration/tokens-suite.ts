@@ -76,9 +76,9 @@ export function tokensSuite(t: Test, options: (t: Test) => Promise<StartTestOpti
   });
 
   t.test('PATCH of the cvc: replaces the retained cvc, never returns it; other patches keep it, a new number drops it', async (t) => {
-    const ring = await KeyRing.open(Buffer.from(s.masterKey, 'base64'), s.svc.store);
+    const ring = await KeyRing.open(Buffer.from(s.masterKey, 'base64'), s.svc.store.dataKeys);
     const cvcOf = async (id: string) => {
-      const stored = await s.svc.store.get(TENANT_A, id);
+      const stored = await s.svc.store.tokens.get(TENANT_A, id);
       return stored?.cvc_sealed ? ring.unseal(stored.cvc_sealed, `${TENANT_A}:${id}:cvc`) : null;
     };
     const merge = { 'content-type': 'application/merge-patch+json' };

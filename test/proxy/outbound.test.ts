@@ -55,7 +55,7 @@ t.test('outbound proxy', async (t) => {
   const s = await startTestService(t, {
     config: outboundConfig([up.url, 'https://*.example.invalid']),
   });
-  const audit = async () => (await s.svc.store.auditRange(TENANT_A, null, 10_000)).items.filter((e) => e !== null);
+  const audit = async () => (await s.svc.store.audit.auditRange(TENANT_A, null, 10_000)).items.filter((e) => e !== null);
   const errors: Answer[] = [];
   const send = async (url: string | null, o: { key?: string | null; body?: unknown; raw?: string; headers?: Record<string, string>; path?: string; method?: string } = {}) => {
     const headers: Record<string, string> = { ...(o.headers ?? {}) };
@@ -248,7 +248,7 @@ t.test('the detokenize transform of a pre-configured proxy', async (t) => {
   t.equal(got.headers['x-card'], CARD);
   t.notMatch(s.logs(), cardPattern(CARD), 'the leak guard (log mode) does not report the card the transform put in, nor log it');
   t.notMatch(s.logs(), /leak guard/, 'no leak-guard finding for the card the transform put in');
-  const events = (await s.svc.store.auditRange(TENANT_A, null, 100)).items.filter((e) => e?.request_id === r.headers.get('svc-trace-id'));
+  const events = (await s.svc.store.audit.auditRange(TENANT_A, null, 100)).items.filter((e) => e?.request_id === r.headers.get('svc-trace-id'));
   t.match(events, [{ action: 'proxy.detokenize', destination: up.url, token_ids: [created.body.id] }], 'one audit event, action proxy.detokenize');
 
   const before = up.received.length;

@@ -11,7 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { clusterForFile, sentinelForFile } from '../helpers/redis-topology.js';
 import { redisForFile } from '../helpers/redis.js';
-import { RedisStore } from '../../src/store/redis.js';
+import { RedisStore } from '../../src/store/redis/index.js';
 import { StoreUnavailableError } from '../../src/store/types.js';
 import { createRedisClient, type RedisClient } from '../../src/redis/connect.js';
 import { buildConfig, ConfigError } from '../../src/config/load.js';

@@ -19,7 +19,7 @@ import { sentinelForFile } from '../helpers/redis-topology.js';
 import { baseConfig, startTestService } from '../helpers/service.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 import { makeRecord, TENANT_A } from '../store/contract.js';
-import { RedisStore } from '../../src/store/redis.js';
+import { RedisStore } from '../../src/store/redis/index.js';
 import { StoreUnavailableError } from '../../src/store/types.js';
 
 interface Writer {
@@ -61,7 +61,7 @@ if (sentinel) {
     };
     const storeWriter = (store: RedisStore) => writer(async () => {
       const r = makeRecord();
-      await store.insertMany([r]);
+      await store.tokens.insertMany([r]);
       return r.id;
     }, (err) => err instanceof StoreUnavailableError);
     class HttpAnswer extends Error {}
@@ -98,7 +98,7 @@ if (sentinel) {
 
     const missing = async (store: RedisStore, ids: string[]): Promise<string[]> => {
       const found = new Set<string>();
-      for (let i = 0; i < ids.length; i += 200) (await store.getMany(TENANT_A, ids.slice(i, i + 200))).forEach((r) => found.add(r.id));
+      for (let i = 0; i < ids.length; i += 200) (await store.tokens.getMany(TENANT_A, ids.slice(i, i + 200))).forEach((r) => found.add(r.id));
       return ids.filter((id) => !found.has(id));
     };
     const w = writers.waiting;

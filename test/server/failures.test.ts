@@ -3,7 +3,7 @@
  * whose redis-server is stopped (and back once it returns), and `internal_error` for a failure
  * that is not one of the catalogue's (a stored record tampered with underneath the service).
  */
-import { Sqlite as Database } from '../../src/store/sqlite.js';
+import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
 import { join } from 'node:path';
 import t from 'tap';
 import { startTestService } from '../helpers/service.js';

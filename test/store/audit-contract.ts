@@ -1,12 +1,12 @@
 /**
- * The audit-trail part of the TokenStore contract (run from contract.ts against every store).
+ * The audit port's contract (store/types.ts AuditPort), run by contract.ts against every backend.
  */
 import type { Test } from 'tap';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { anchorSigner } from '../../src/crypto/audit-anchor.js';
 import { eventHash, type AuditEvent, type AuditEventInput } from '../../src/store/audit.js';
 import { checkStoredChain, storedEvents } from '../../src/audit/trail.js';
-import type { TokenStore } from '../../src/store/types.js';
+import type { Store } from '../../src/store/types.js';
 
 export const AUDIT_TENANT = '33333333-3333-4333-8333-333333333333';
 const OTHER_TENANT = '44444444-4444-4444-8444-444444444444';
@@ -22,40 +22,40 @@ export function auditInput(over: Partial<AuditEventInput> = {}): AuditEventInput
 export const SIGN = anchorSigner(randomBytes(32));
 
 /** The chain and the head's anchor under SIGN. */
-export async function checkChain(store: TokenStore, tenantId: string) {
-  return checkStoredChain(store, tenantId, { sign: SIGN, pageSize: 7 });
+export async function checkChain(store: Store, tenantId: string) {
+  return checkStoredChain(store.audit, tenantId, { sign: SIGN, pageSize: 7 });
 }
 
-export function runAuditContract(t: Test, makeStore: (t: Test) => Promise<TokenStore>): void {
+export function runAuditContract(t: Test, makeStore: (t: Test) => Promise<Store>): void {
   t.test('audit: appends are chained per tenant, the head follows, the chain verifies', async (t) => {
     const s = await makeStore(t);
-    t.equal(await s.auditHead(AUDIT_TENANT), null);
+    t.equal(await s.audit.auditHead(AUDIT_TENANT), null);
     t.same(await checkChain(s, AUDIT_TENANT), { ok: true, events: 0, unanchored: false });
-    const first = await s.appendAudit(AUDIT_TENANT, [auditInput(), auditInput({ action: 'proxy.outbound', destination: 'https://api.example.com' })], SIGN);
-    const second = await s.appendAudit(AUDIT_TENANT, [auditInput({ token_ids: ['a', 'b'] })], SIGN);
+    const first = await s.audit.appendAudit(AUDIT_TENANT, [auditInput(), auditInput({ action: 'proxy.outbound', destination: 'https://api.example.com' })], SIGN);
+    const second = await s.audit.appendAudit(AUDIT_TENANT, [auditInput({ token_ids: ['a', 'b'] })], SIGN);
     const all = [...first, ...second];
     t.same(all.map((e) => e.seq), [1, 2, 3]);
     t.equal(all[0]!.prev_hash, '0'.repeat(64));
     t.equal(all[1]!.prev_hash, eventHash(all[0]!));
     t.equal(all[2]!.prev_hash, eventHash(all[1]!));
     const head = { seq: 3, hash: eventHash(all[2]!) };
-    t.same(await s.auditHead(AUDIT_TENANT), { ...head, anchor: SIGN(AUDIT_TENANT, head) }, 'the head carries the anchor its signer computed');
+    t.same(await s.audit.auditHead(AUDIT_TENANT), { ...head, anchor: SIGN(AUDIT_TENANT, head) }, 'the head carries the anchor its signer computed');
     const stored: Array<AuditEvent | null> = [];
-    for await (const e of storedEvents(s, AUDIT_TENANT, 2)) stored.push(e);
+    for await (const e of storedEvents(s.audit, AUDIT_TENANT, 2)) stored.push(e);
     t.same(stored, all, 'auditRange pages return the events as written, oldest first');
     t.same(await checkChain(s, AUDIT_TENANT), { ok: true, events: 3, unanchored: false });
-    t.same(await s.appendAudit(AUDIT_TENANT, [], SIGN), []);
+    t.same(await s.audit.appendAudit(AUDIT_TENANT, [], SIGN), []);
     // Another tenant has its own chain.
-    const other = await s.appendAudit(OTHER_TENANT, [auditInput({ tenant_id: OTHER_TENANT })], SIGN);
+    const other = await s.audit.appendAudit(OTHER_TENANT, [auditInput({ tenant_id: OTHER_TENANT })], SIGN);
     t.equal(other[0]!.seq, 1);
     t.same(await checkChain(s, OTHER_TENANT), { ok: true, events: 1, unanchored: false });
-    t.same((await s.listAudit(OTHER_TENANT, {}, { size: 10, after: null })).items, other);
+    t.same((await s.audit.listAudit(OTHER_TENANT, {}, { size: 10, after: null })).items, other);
   });
 
   t.test('audit: concurrent appends still form one chain', async (t) => {
     const s = await makeStore(t);
     const n = 60;
-    const results = await Promise.all(Array.from({ length: n }, (_, i) => s.appendAudit(AUDIT_TENANT, [auditInput({ request_id: `r${i}` })], SIGN)));
+    const results = await Promise.all(Array.from({ length: n }, (_, i) => s.audit.appendAudit(AUDIT_TENANT, [auditInput({ request_id: `r${i}` })], SIGN)));
     t.same(results.flat().map((e) => e.seq).sort((a, b) => a - b), Array.from({ length: n }, (_, i) => i + 1), 'every seq once');
     t.same(await checkChain(s, AUDIT_TENANT), { ok: true, events: n, unanchored: false });
   });
@@ -65,25 +65,25 @@ export function runAuditContract(t: Test, makeStore: (t: Test) => Promise<TokenS
     const base = Date.parse('2030-01-01T00:00:00.000Z');
     const at = (i: number) => new Date(base + i * 60_000).toISOString();
     for (let i = 0; i < 12; i++) {
-      await s.appendAudit(AUDIT_TENANT, [auditInput({ token_ids: i % 3 === 0 ? ['x', `t${i}`] : [`t${i}`], created_at: at(i) })], SIGN);
+      await s.audit.appendAudit(AUDIT_TENANT, [auditInput({ token_ids: i % 3 === 0 ? ['x', `t${i}`] : [`t${i}`], created_at: at(i) })], SIGN);
     }
     const seen: number[] = [];
     let after: string | null = null;
     do {
-      const page: { items: AuditEvent[]; next: string | null } = await s.listAudit(AUDIT_TENANT, {}, { size: 5, after });
+      const page: { items: AuditEvent[]; next: string | null } = await s.audit.listAudit(AUDIT_TENANT, {}, { size: 5, after });
       t.ok(page.items.length <= 5);
       seen.push(...page.items.map((e) => e.seq));
       after = page.next;
     } while (after !== null);
     t.same(seen, [12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1]);
-    const x = await s.listAudit(AUDIT_TENANT, { entity_id: 'x' }, { size: 2, after: null });
+    const x = await s.audit.listAudit(AUDIT_TENANT, { entity_id: 'x' }, { size: 2, after: null });
     t.same(x.items.map((e) => e.token_ids[1]), ['t9', 't6']);
     t.not(x.next, null);
-    const x2 = await s.listAudit(AUDIT_TENANT, { entity_id: 'x' }, { size: 2, after: x.next });
+    const x2 = await s.audit.listAudit(AUDIT_TENANT, { entity_id: 'x' }, { size: 2, after: x.next });
     t.same(x2.items.map((e) => e.token_ids[1]), ['t3', 't0']);
     t.equal(x2.next, null);
-    const window = await s.listAudit(AUDIT_TENANT, { start_ms: base + 2 * 60_000, end_ms: base + 4 * 60_000 }, { size: 10, after: null });
+    const window = await s.audit.listAudit(AUDIT_TENANT, { start_ms: base + 2 * 60_000, end_ms: base + 4 * 60_000 }, { size: 10, after: null });
     t.same(window.items.map((e) => e.token_ids.at(-1)), ['t4', 't3', 't2'], 'inclusive bounds');
-    t.same((await s.listAudit(AUDIT_TENANT, { entity_id: 'nothing' }, { size: 10, after: null })), { items: [], next: null });
+    t.same((await s.audit.listAudit(AUDIT_TENANT, { entity_id: 'nothing' }, { size: 10, after: null })), { items: [], next: null });
   });
 }

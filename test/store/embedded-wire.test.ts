@@ -1,5 +1,5 @@
 /**
- * The writer thread's wire format (src/store/embedded-wire.ts): every value a write can carry comes
+ * The writer thread's wire format (src/store/embedded/wire.ts): every value a write can carry comes
  * back exactly, whatever characters it holds, and a truncated message is an error, not a guess.
  * The store tests (embedded.test.ts, embedded-writer.test.ts) cover the same path end to end.
  */
@@ -7,8 +7,8 @@ import t from 'tap';
 import fc from 'fast-check';
 import {
   decodeOp, decodeRequests, decodeResults, encodeOp, encodeRequest, encodeResult, WireReader, type WireResult,
-} from '../../src/store/embedded-wire.js';
-import type { WriteOp, WriteRow } from '../../src/store/embedded-writer.js';
+} from '../../src/store/embedded/wire.js';
+import type { WriteOp, WriteRow } from '../../src/store/embedded/writer.js';
 
 // Strings a length prefix must survive: the format's own characters, digits, empty, surrogates.
 const awkward = ['', '~', ':', '12:', '3:abc', '~~:~', '\n\0\t', '\u{1F512}', '\uD800', 'x'.repeat(5000), '__proto__'];

@@ -1,11 +1,11 @@
 /**
- * The embedded store's writer thread (src/store/embedded-writer.ts): group commit across turns,
+ * The embedded store's writer thread (src/store/embedded/writer.ts): group commit across turns,
  * a duplicate failing only its own batch, the writer dying mid-write, close() with writes in
  * flight, failures mapped without values, and a process that uses the store exiting on its own.
  * Real SQLite files in a temp dir per test; the writer is killed through EmbeddedStore.writerThread().
  */
 import t, { type Test } from 'tap';
-import { Sqlite as Database } from '../../src/store/sqlite.js';
+import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,7 +13,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
 import { makeRecord, TENANT_A } from './contract.js';
-import { EmbeddedStore } from '../../src/store/embedded.js';
+import { EmbeddedStore } from '../../src/store/embedded/index.js';
 import { waitFor } from '../helpers/wait.js';
 import { DuplicateTokenError, StoreUnavailableError, type StoredToken } from '../../src/store/types.js';
 
@@ -42,8 +42,8 @@ t.test('concurrent insertMany calls from many turns: all committed, each readabl
     for (let i = 0; i < 8; i++) {
       const records = [makeRecord({ metadata: { turn: String(turn) }, index_hashes: [`h${turn}`] }), makeRecord()];
       // Read on the main thread's connection in the same callback that sees the resolution.
-      calls.push(store.insertMany(records).then(async () => {
-        const got = await store.getMany(TENANT_A, records.map((r) => r.id));
+      calls.push(store.tokens.insertMany(records).then(async () => {
+        const got = await store.tokens.getMany(TENANT_A, records.map((r) => r.id));
         return got.length === 2 && JSON.stringify(got) === JSON.stringify(records) ? 'read back' : `missing ${2 - got.length}`;
       }));
     }
@@ -52,16 +52,16 @@ t.test('concurrent insertMany calls from many turns: all committed, each readabl
   }
   const outcomes = await Promise.all(calls);
   t.same(new Set(outcomes), new Set(['read back']), `${calls.length} inserts, every one readable right after it resolved`);
-  const page = await store.list(TENANT_A, { metadata: { turn: '7' }, index_hashes: ['h7'] }, { size: 100, after: null });
+  const page = await store.tokens.list(TENANT_A, { metadata: { turn: '7' }, index_hashes: ['h7'] }, { size: 100, after: null });
   t.equal(page.items.length, 8, 'side tables written too');
   const reader = open(t, store.path);
-  t.equal((await reader.list(TENANT_A, {}, { size: 100, after: null })).items.length, 100, 'another connection sees the commits');
+  t.equal((await reader.tokens.list(TENANT_A, {}, { size: 100, after: null })).items.length, 100, 'another connection sees the commits');
 });
 
 t.test('a duplicate fails only its own batch while concurrent batches from several turns commit', async (t) => {
   const store = open(t);
   const existing = makeRecord();
-  await store.insertMany([existing]);
+  await store.tokens.insertMany([existing]);
   const good: StoredToken[][] = [];
   const calls: Promise<unknown>[] = [];
   const inBatch = [makeRecord(), makeRecord()];
@@ -70,9 +70,9 @@ t.test('a duplicate fails only its own batch while concurrent batches from sever
     for (let i = 0; i < 5; i++) {
       const batch = [makeRecord(), makeRecord(), makeRecord()];
       good.push(batch);
-      calls.push(caught(store.insertMany(batch)));
-      if (turn === 1 && i === 2) calls.push(caught(store.insertMany([...inBatch, { ...makeRecord(), id: inBatch[1]!.id }])));
-      if (turn === 2 && i === 0) calls.push(caught(store.insertMany(vsStored)));
+      calls.push(caught(store.tokens.insertMany(batch)));
+      if (turn === 1 && i === 2) calls.push(caught(store.tokens.insertMany([...inBatch, { ...makeRecord(), id: inBatch[1]!.id }])));
+      if (turn === 2 && i === 0) calls.push(caught(store.tokens.insertMany(vsStored)));
     }
     await nextTurn();
   }
@@ -81,10 +81,10 @@ t.test('a duplicate fails only its own batch while concurrent batches from sever
   t.equal(failures.length, 2, 'exactly the two bad batches failed');
   t.ok(failures.every((e) => e instanceof DuplicateTokenError), 'with DuplicateTokenError');
   t.same(failures.map((e) => (e instanceof DuplicateTokenError ? e.id : null)).sort(), [inBatch[1]!.id, existing.id].sort(), 'naming the duplicate id');
-  t.same(await store.getMany(TENANT_A, [...inBatch, vsStored[0]!].map((r) => r.id)), [], "the bad batches' other records were not written");
+  t.same(await store.tokens.getMany(TENANT_A, [...inBatch, vsStored[0]!].map((r) => r.id)), [], "the bad batches' other records were not written");
   const ids = good.flat().map((r) => r.id);
-  t.equal((await store.getMany(TENANT_A, ids)).length, ids.length, 'every good batch was written');
-  t.same(await store.get(TENANT_A, existing.id), existing, 'the stored record was not overwritten');
+  t.equal((await store.tokens.getMany(TENANT_A, ids)).length, ids.length, 'every good batch was written');
+  t.same(await store.tokens.get(TENANT_A, existing.id), existing, 'the stored record was not overwritten');
 });
 
 t.test('another failure in a group fails every write of the group, as StoreUnavailableError without values', async (t) => {
@@ -95,22 +95,22 @@ t.test('another failure in a group fails every write of the group, as StoreUnava
   side.exec("CREATE TRIGGER refuse BEFORE INSERT ON tokens WHEN NEW.type = 'refused' BEGIN SELECT RAISE(ABORT, 'refused'); END");
   const bad = makeRecord({ type: 'refused' });
   const other = makeRecord();
-  const [eBad, eOther] = await Promise.all([caught(store.insertMany([bad])), caught(store.insertMany([other]))]);
+  const [eBad, eOther] = await Promise.all([caught(store.tokens.insertMany([bad])), caught(store.tokens.insertMany([other]))]);
   for (const e of [eBad, eOther]) {
     t.ok(e instanceof StoreUnavailableError, 'StoreUnavailableError');
     t.equal(e instanceof Error && e.message, 'the embedded store failed (SQLITE_CONSTRAINT_TRIGGER)');
     t.notOk(e instanceof Error && (e.message.includes(bad.id) || e.message.includes(bad.sealed)), 'no values in the message');
   }
-  t.equal(await store.get(TENANT_A, other.id), null, 'rolled back with the group');
+  t.equal(await store.tokens.get(TENANT_A, other.id), null, 'rolled back with the group');
   side.exec('DROP TRIGGER refuse');
-  await store.insertMany([other]);
-  t.same(await store.get(TENANT_A, other.id), other, 'the writer carries on');
+  await store.tokens.insertMany([other]);
+  t.same(await store.tokens.get(TENANT_A, other.id), other, 'the writer carries on');
 });
 
 t.test('the writer dies mid-write: writes in flight reject, the next write starts a new writer', async (t) => {
   const path = dbPath(t);
   const store = open(t, path);
-  await store.insertMany([makeRecord()]);
+  await store.tokens.insertMany([makeRecord()]);
   const first = store.writerThread();
   if (!first) throw new Error('no writer thread');
   // Another connection holds the write lock, so the writer is stuck inside its transaction
@@ -121,7 +121,7 @@ t.test('the writer dies mid-write: writes in flight reject, the next write start
   const a = makeRecord();
   const b = makeRecord();
   const idleBefore = first.performance.eventLoopUtilization();
-  const inFlight = [caught(store.insertMany([a])), caught(store.insertMany([b])), caught(store.delete(TENANT_A, 'x'))];
+  const inFlight = [caught(store.tokens.insertMany([a])), caught(store.tokens.insertMany([b])), caught(store.tokens.delete(TENANT_A, 'x'))];
   // Waits until the writer is stuck in its transaction: its event loop has been busy (inside the
   // synchronous wait for the lock) for 200 ms since the writes were sent, where a write takes a
   // few ms (issue 30: a fixed 100 ms sleep assumed the writes had reached it).
@@ -134,16 +134,16 @@ t.test('the writer dies mid-write: writes in flight reject, the next write start
     t.ok(e instanceof StoreUnavailableError, 'rejected with StoreUnavailableError');
     t.notOk(e instanceof Error && (e.message.includes(a.id) || e.message.includes(a.sealed)), 'no values in the message');
   }
-  t.same(await store.getMany(TENANT_A, [a.id, b.id]), [], 'nothing of the killed transaction was committed');
+  t.same(await store.tokens.getMany(TENANT_A, [a.id, b.id]), [], 'nothing of the killed transaction was committed');
   t.equal(store.writerThread(), null, 'no live writer until the next write');
 
   const c = makeRecord();
-  await store.insertMany([c]);
-  t.same(await store.get(TENANT_A, c.id), c, 'the next insert succeeds');
+  await store.tokens.insertMany([c]);
+  t.same(await store.tokens.get(TENANT_A, c.id), c, 'the next insert succeeds');
   const second = store.writerThread();
   t.ok(second && second !== first && second.threadId !== first.threadId, 'on a new writer thread');
-  await store.insertMany([a, b]);
-  t.equal((await store.getMany(TENANT_A, [a.id, b.id])).length, 2, 'the lost writes can be retried');
+  await store.tokens.insertMany([a, b]);
+  t.equal((await store.tokens.getMany(TENANT_A, [a.id, b.id])).length, 2, 'the lost writes can be retried');
 });
 
 t.test('close() commits the writes in flight, the writer exits, later calls reject', async (t) => {
@@ -152,10 +152,10 @@ t.test('close() commits the writes in flight, the writer exits, later calls reje
   t.teardown(() => store.close());
   await store.ping();
   const posted = Array.from({ length: 20 }, () => makeRecord());
-  const results = posted.map((r) => store.insertMany([r]));
+  const results = posted.map((r) => store.tokens.insertMany([r]));
   await nextTurn(); // these are with the writer now
   const queued = Array.from({ length: 20 }, () => makeRecord());
-  results.push(...queued.map((r) => store.insertMany([r]))); // these still wait for this turn to end
+  results.push(...queued.map((r) => store.tokens.insertMany([r]))); // these still wait for this turn to end
   const writer = store.writerThread();
   if (!writer) throw new Error('no writer thread');
   let exited = false;
@@ -165,34 +165,34 @@ t.test('close() commits the writes in flight, the writer exits, later calls reje
   t.same(await Promise.allSettled(results).then((rs) => rs.map((r) => r.status)), results.map(() => 'fulfilled'), 'every write in flight resolved');
   const closed = { name: 'StoreUnavailableError', message: 'the embedded store is closed' };
   const r = makeRecord();
-  await t.rejects(store.insertMany([r]), closed);
-  await t.rejects(store.update(r), closed);
-  await t.rejects(store.delete(TENANT_A, r.id), closed);
-  await t.rejects(store.purgeCvc(new Date()), closed);
-  await t.rejects(store.addDataKey({ kid: 'k', wrapped: 'w', created_at: new Date().toISOString() }), closed);
-  await t.rejects(store.get(TENANT_A, r.id), closed);
-  await t.rejects(store.listDataKeys(), closed);
+  await t.rejects(store.tokens.insertMany([r]), closed);
+  await t.rejects(store.tokens.update(r), closed);
+  await t.rejects(store.tokens.delete(TENANT_A, r.id), closed);
+  await t.rejects(store.tokens.purgeCvc(new Date()), closed);
+  await t.rejects(store.dataKeys.addDataKey({ kid: 'k', wrapped: 'w', created_at: new Date().toISOString() }), closed);
+  await t.rejects(store.tokens.get(TENANT_A, r.id), closed);
+  await t.rejects(store.dataKeys.listDataKeys(), closed);
   await t.rejects(store.ping(), closed);
   await store.close();
   t.pass('a second close() resolves');
 
   const reopened = open(t, path);
   const ids = [...posted, ...queued].map((x) => x.id);
-  t.equal((await reopened.getMany(TENANT_A, ids)).length, ids.length, 'all of them are in the file');
+  t.equal((await reopened.tokens.getMany(TENANT_A, ids)).length, ids.length, 'all of them are in the file');
 });
 
 t.test('encoding stays on the caller: a bad date is a TypeError for that call alone', async (t) => {
   const store = open(t);
   const good = makeRecord();
-  const results = await Promise.allSettled([store.insertMany([makeRecord({ expires_at: 'not a date' })]), store.insertMany([good])]);
+  const results = await Promise.allSettled([store.tokens.insertMany([makeRecord({ expires_at: 'not a date' })]), store.tokens.insertMany([good])]);
   t.equal(results[0]!.status === 'rejected' && results[0]!.reason instanceof TypeError, true, 'TypeError');
   t.equal(results[1]!.status, 'fulfilled');
-  await t.rejects(store.update({ ...good, cvc_expires_at: 'nope' }), TypeError);
-  await t.rejects(store.purgeCvc(new Date(NaN)), TypeError);
+  await t.rejects(store.tokens.update({ ...good, cvc_expires_at: 'nope' }), TypeError);
+  await t.rejects(store.tokens.purgeCvc(new Date(NaN)), TypeError);
 });
 
 t.test('a process that uses the store exits on its own, closed or not (the idle writer holds nothing open)', async (t) => {
-  const storeUrl = new URL('../../src/store/embedded.ts', import.meta.url).href;
+  const storeUrl = new URL('../../src/store/embedded/index.ts', import.meta.url).href;
   for (const close of [true, false]) {
     const path = dbPath(t);
     // `--import tsx` on purpose: on Node 20 tsx does not load .ts files in worker threads on its own.
@@ -201,8 +201,8 @@ t.test('a process that uses the store exits on its own, closed or not (the idle 
       ['--import', 'tsx', '--input-type=module', '-e', `
         import { EmbeddedStore } from ${JSON.stringify(storeUrl)};
         const store = new EmbeddedStore(process.argv[1]);
-        await store.insertMany([JSON.parse(process.argv[2])]);
-        await store.addDataKey({ kid: 'k1', wrapped: 'w', created_at: new Date().toISOString() });
+        await store.tokens.insertMany([JSON.parse(process.argv[2])]);
+        await store.dataKeys.addDataKey({ kid: 'k1', wrapped: 'w', created_at: new Date().toISOString() });
         if (process.argv[3] === 'close') await store.close();
         process.stdout.write('done\\n');`, path, JSON.stringify(makeRecord()), close ? 'close' : 'open'],
       { stdio: ['ignore', 'pipe', 'pipe'] },
@@ -217,6 +217,6 @@ t.test('a process that uses the store exits on its own, closed or not (the idle 
     clearTimeout(timer);
     t.same({ code, signal, out }, { code: 0, signal: null, out: 'done\n' }, `${close ? 'closed' : 'never closed'}: exited by itself in ${Date.now() - started} ms`);
     const reader = open(t, path);
-    t.equal((await reader.listDataKeys()).length, 1, 'its writes are in the file');
+    t.equal((await reader.dataKeys.listDataKeys()).length, 1, 'its writes are in the file');
   }
 });

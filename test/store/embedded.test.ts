@@ -9,10 +9,10 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { Sqlite as Database } from '../../src/store/sqlite.js';
+import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
 import { runContract, makeRecord, TENANT_A } from './contract.js';
 import { encodeRecord } from '../../src/store/codec.js';
-import { EmbeddedStore } from '../../src/store/embedded.js';
+import { EmbeddedStore } from '../../src/store/embedded/index.js';
 import { createStore } from '../../src/store/factory.js';
 import { KeyRing } from '../../src/crypto/keyring.js';
 import type { Test } from 'tap';
@@ -49,7 +49,7 @@ t.test('the files hold no plaintext card number or cvc', async (t) => {
   const path = join(dir, 'nested', 'tokens.db');
   const store = new EmbeddedStore(path);
   t.teardown(() => store.close());
-  const ring = await KeyRing.open(randomBytes(32), store);
+  const ring = await KeyRing.open(randomBytes(32), store.dataKeys);
   // Drawn per run (issue 14): a fixed 4-digit cvc turns up by chance in ids, timestamps and
   // ciphertexts, so the cvc is looked for only where it cannot collide (see below).
   const number = randomCard();
@@ -58,8 +58,8 @@ t.test('the files hold no plaintext card number or cvc', async (t) => {
   record.sealed = ring.seal(JSON.stringify({ number, expiration_month: 12, expiration_year: 2031 }), `${TENANT_A}:${record.id}`);
   record.cvc_sealed = ring.seal(cvc, `${TENANT_A}:${record.id}:cvc`);
   record.cvc_expires_at = new Date(Date.now() + 3_600_000).toISOString();
-  await store.insertMany([record]);
-  const got = await store.get(TENANT_A, record.id);
+  await store.tokens.insertMany([record]);
+  const got = await store.tokens.get(TENANT_A, record.id);
   t.equal(got && ring.unseal(got.sealed, `${TENANT_A}:${record.id}`), JSON.stringify({ number, expiration_month: 12, expiration_year: 2031 }));
 
   const files = [path, `${path}-wal`].filter((f) => existsSync(f));
@@ -87,13 +87,13 @@ t.test('the files hold no plaintext card number or cvc', async (t) => {
 t.test('a resolved insert survives kill -9 of the process that made it', async (t) => {
   const path = join(tempDir(t), 'tokens.db');
   const r = makeRecord();
-  const storeUrl = new URL('../../src/store/embedded.ts', import.meta.url).href;
+  const storeUrl = new URL('../../src/store/embedded/index.ts', import.meta.url).href;
   const child = spawn(
     process.execPath,
     ['--import', 'tsx', '--input-type=module', '-e', `
       import { EmbeddedStore } from ${JSON.stringify(storeUrl)};
       const store = new EmbeddedStore(process.argv[1]);
-      await store.insertMany([JSON.parse(process.argv[2])]);
+      await store.tokens.insertMany([JSON.parse(process.argv[2])]);
       process.stdout.write('resolved\\n');
       process.kill(process.pid, 'SIGKILL');`, path, JSON.stringify(r)],
     { stdio: ['ignore', 'pipe', 'inherit'] },
@@ -106,7 +106,7 @@ t.test('a resolved insert survives kill -9 of the process that made it', async (
   t.equal(out, 'resolved\n');
   const reader = new EmbeddedStore(path);
   t.teardown(() => reader.close());
-  t.same(await reader.get(TENANT_A, r.id), r);
+  t.same(await reader.tokens.get(TENANT_A, r.id), r);
 });
 
 t.test('two key rings racing on one file converge on the same data key', async (t) => {
@@ -116,10 +116,10 @@ t.test('two key rings racing on one file converge on the same data key', async (
   const b = new EmbeddedStore(path);
   t.teardown(() => b.close());
   const master = randomBytes(32);
-  const [ra, rb] = await Promise.all([KeyRing.open(master, a), KeyRing.open(master, b)]);
+  const [ra, rb] = await Promise.all([KeyRing.open(master, a.dataKeys), KeyRing.open(master, b.dataKeys)]);
   t.equal(ra.activeKid, rb.activeKid);
   t.equal(rb.unseal(ra.seal('hello', 'aad'), 'aad'), 'hello');
-  t.equal((await a.listDataKeys()).length, 1);
+  t.equal((await a.dataKeys.listDataKeys()).length, 1);
 });
 
 t.test('factory resolves a relative path against baseDir and creates the directory', async (t) => {
@@ -189,17 +189,17 @@ t.test('a version 1 file, duplicate fingerprints included, migrates to the curre
   t.ok(check.prepare("SELECT 1 FROM sqlite_master WHERE name = 'tokens_dedupe'").get(), 'with the unique index');
   t.ok(check.prepare("SELECT 1 FROM sqlite_master WHERE name = 'idempotency_keys'").get(), 'with the idempotency table (version 3)');
   t.ok(check.prepare("SELECT 1 FROM sqlite_master WHERE name = 'audit_events'").get(), 'with the audit trail tables (version 4)');
-  t.same(await store.get(TENANT_A, twins[0]!.id), twins[0], 'old records read as before');
-  t.same((await store.list(TENANT_A, {}, { size: 10, after: null })).items.map((r) => r.id), [twins[1]!.id, twins[0]!.id]);
-  const results = await Promise.all(Array.from({ length: 10 }, () => store.insertMany([makeRecord({ fingerprint: 'fp-twin' })], { dedupe: [true] })));
+  t.same(await store.tokens.get(TENANT_A, twins[0]!.id), twins[0], 'old records read as before');
+  t.same((await store.tokens.list(TENANT_A, {}, { size: 10, after: null })).items.map((r) => r.id), [twins[1]!.id, twins[0]!.id]);
+  const results = await Promise.all(Array.from({ length: 10 }, () => store.tokens.insertMany([makeRecord({ fingerprint: 'fp-twin' })], { dedupe: [true] })));
   t.ok(results.every((r) => r[0]?.id === twins[0]!.id), 'deduplicates to the oldest of the twins');
-  const fresh = await Promise.all(Array.from({ length: 10 }, () => store.insertMany([makeRecord({ fingerprint: 'fp-new' })], { dedupe: [true] })));
+  const fresh = await Promise.all(Array.from({ length: 10 }, () => store.tokens.insertMany([makeRecord({ fingerprint: 'fp-new' })], { dedupe: [true] })));
   t.equal(fresh.filter((r) => r[0] === null).length, 1, 'ten concurrent identical inserts write one token');
   t.equal((check.prepare("SELECT count(*) AS n FROM tokens WHERE fingerprint = 'fp-new'").get() as { n: number }).n, 1, 'one row on disk');
   await store.close();
   const again = new EmbeddedStore(path);
   t.teardown(() => again.close());
-  t.equal((await again.list(TENANT_A, {}, { size: 10, after: null })).items.length, 3, 'opening a version 5 file again changes nothing');
+  t.equal((await again.tokens.list(TENANT_A, {}, { size: 10, after: null })).items.length, 3, 'opening a version 5 file again changes nothing');
 });
 
 t.test('a file newer than this code is refused, and left as it was', async (t) => {

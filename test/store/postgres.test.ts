@@ -16,6 +16,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { StoreUnavailableError } from '../../src/store/types.js';
 import { AUDIT_TENANT, auditInput, checkChain, SIGN } from './audit-contract.js';
+import { randomUUID } from 'node:crypto';
+import { inspect } from 'node:util';
+import { createLogger } from '../../src/log.js';
+import { ServiceError, toProblem } from '../../src/errors.js';
+import { safeError } from '../../src/http/pipeline.js';
+import { toServiceError } from '../../src/store/service-errors.js';
 
 const server = await postgresForFile(t);
 if (server) {
@@ -35,14 +41,44 @@ if (server) {
     // Each instance batches its own appends per tenant; across instances only the head row lock
     // orders them. The tenant's first append races too (its head row does not exist yet).
     const n = 80;
-    const appended = await Promise.all(Array.from({ length: n }, (_, i) => stores[i % 4]!.appendAudit(AUDIT_TENANT, [auditInput({ request_id: `r${i}` })], SIGN)));
+    const appended = await Promise.all(Array.from({ length: n }, (_, i) => stores[i % 4]!.audit.appendAudit(AUDIT_TENANT, [auditInput({ request_id: `r${i}` })], SIGN)));
     t.same(appended.flat().map((e) => e.seq).sort((a, b) => a - b), Array.from({ length: n }, (_, i) => i + 1), 'every seq once');
     t.same(await checkChain(stores[0]!, AUDIT_TENANT), { ok: true, events: n, unanchored: false }, 'one chain, anchored head');
-    const results = await Promise.all(Array.from({ length: 24 }, (_, i) => stores[i % 4]!.insertMany([makeRecord({ fingerprint: 'race' })], { dedupe: [true] })));
+    const results = await Promise.all(Array.from({ length: 24 }, (_, i) => stores[i % 4]!.tokens.insertMany([makeRecord({ fingerprint: 'race' })], { dedupe: [true] })));
     t.equal(results.filter((r) => r[0] === null).length, 1, 'one insert wrote');
-    const stored = (await stores[1]!.list(TENANT_A, { fingerprint: 'race' }, { size: 100, after: null })).items.map((r) => r.id);
+    const stored = (await stores[1]!.tokens.list(TENANT_A, { fingerprint: 'race' }, { size: 100, after: null })).items.map((r) => r.id);
     t.equal(stored.length, 1, 'one token');
     t.same(new Set(results.map((r) => r[0]?.id ?? stored[0])), new Set(stored), 'every other insert got that token');
+  });
+
+  t.test('a PostgreSQL error never carries the values it quotes: not the error, its cause, a log line or a problem body', async (t) => {
+    const db = await server.database(t);
+    const store = await open(t, db.url);
+    // A unique index of the operator's own (not tokens_tenant_id): its violation is a store failure,
+    // and pg's detail quotes the key: "Key ((metadata ->> 'ref'::text))=(<marker>) already exists."
+    const client = new pg.Client(db.url);
+    await client.connect();
+    t.teardown(() => client.end());
+    await client.query("CREATE UNIQUE INDEX tokens_by_ref ON tokenproxy.tokens ((metadata->>'ref'))");
+    const marker = `ref-${randomUUID()}`;
+    await store.tokens.insertMany([makeRecord({ metadata: { ref: marker } })]);
+    const err = await store.tokens.insertMany([makeRecord({ metadata: { ref: marker } })]).then(() => null, (e: unknown) => e);
+    t.ok(err instanceof StoreUnavailableError, 'StoreUnavailableError');
+    t.match((err as Error).message, /\(23505\)/, 'naming the SQLSTATE');
+    const cause = (err as Error).cause;
+    t.ok(cause instanceof pg.DatabaseError, 'the cause is still a pg DatabaseError');
+    t.match(cause, { code: '23505', constraint: 'tokens_by_ref' }, 'with its SQLSTATE and constraint');
+    t.notMatch(inspect(err, { depth: 10, showHidden: true }), marker, 'the error and its cause chain, as any logger would print them');
+    const lines: string[] = [];
+    const log = createLogger('info', { write: (line: string) => void lines.push(line) });
+    log.warn({ err }, 'store failed');
+    const mapped = toServiceError(err);
+    log.warn({ code: (mapped as ServiceError).code, cause: safeError((mapped as ServiceError).cause) }, 'request failed');
+    t.equal(lines.length, 2, 'both lines logged');
+    for (const line of lines) t.notMatch(line, marker, 'the log line');
+    const body = toProblem(mapped);
+    t.match(body, { status: 503, code: 'store_unavailable' });
+    t.notMatch(JSON.stringify(body), marker, 'the problem body');
   });
 
   t.test('factory builds a connected PostgreSQL store', async (t) => {
@@ -56,8 +92,8 @@ if (server) {
     const setting = async (name: string) => Object.values((await pool.query(`SHOW ${name}`)).rows[0] as Record<string, string>)[0];
     t.same([await setting('statement_timeout'), await setting('lock_timeout'), await setting('idle_in_transaction_session_timeout')], ['5s', '5s', '10s']);
     const r = makeRecord();
-    await store.insertMany([r]);
-    t.same(await store.get(TENANT_A, r.id), r);
+    await store.tokens.insertMany([r]);
+    t.same(await store.tokens.get(TENANT_A, r.id), r);
   });
 
   t.test('the password: from store.password, a { file }, or TOKENPROXY_STORE_PASSWORD, never in a message', { skip: server.checksPasswords ? false : 'the server given by TOKENPROXY_TEST_PG_URL lets a wrong password in (trust)' }, async (t) => {
@@ -103,8 +139,8 @@ function registerSchemaTests(t: Test, server: PostgresServer, open: (t: Test, ur
     const v = await client.query('SELECT version FROM tokenproxy.schema_version');
     t.same(v.rows, [{ version: SCHEMA_VERSION }], 'one version row');
     const r = makeRecord();
-    await stores[0]!.insertMany([r]);
-    t.same(await stores[7]!.get(TENANT_A, r.id), r, 'every instance sees the same tables');
+    await stores[0]!.tokens.insertMany([r]);
+    t.same(await stores[7]!.tokens.get(TENANT_A, r.id), r, 'every instance sees the same tables');
   });
 
   t.test('a schema newer than the code: refused, naming both versions', async (t) => {

@@ -1,5 +1,5 @@
 /**
- * RedisStore on a real 3-master Redis Cluster: the TokenStore contract (with the audit and
+ * RedisStore on a real 3-master Redis Cluster: the Store contract (with the audit and
  * idempotency parts), and tenants spread over the shards while each tenant's lists and searches
  * work (every key of a tenant shares its hash tag, so every script touches one slot).
  */
@@ -8,7 +8,7 @@ import type { Test } from 'tap';
 import { Redis } from 'ioredis';
 import { clusterForFile } from '../helpers/redis-topology.js';
 import { runContract, makeRecord } from './contract.js';
-import { RedisStore } from '../../src/store/redis.js';
+import { RedisStore } from '../../src/store/redis/index.js';
 import { createStore } from '../../src/store/factory.js';
 import { StoreUnavailableError, type StoredToken } from '../../src/store/types.js';
 
@@ -31,7 +31,7 @@ if (cluster) {
     const written = new Map<string, string[]>();
     for (const tenant of tenants) {
       const recs = [makeRecord({ tenant_id: tenant, metadata: { k: tenant } }), makeRecord({ tenant_id: tenant, fingerprint: `fp-${tenant}`, container: '/pci/high/' })];
-      await store.insertMany(recs);
+      await store.tokens.insertMany(recs);
       written.set(tenant, recs.map((r) => r.id));
     }
     const perNode = await Promise.all(cluster.ports.map(async (port) => {
@@ -52,10 +52,10 @@ if (cluster) {
     t.ok(perNode.every((c) => c > 0), `keys on every master: ${perNode.join(', ')}`);
     for (const tenant of tenants) {
       const [plain, card] = written.get(tenant)!;
-      const page = await store.list(tenant, {}, { size: 10, after: null });
+      const page = await store.tokens.list(tenant, {}, { size: 10, after: null });
       if (page.items.map((r) => r.id).join() !== [card, plain].join()) t.fail(`list of ${tenant}`);
-      const byMeta = await store.list(tenant, { metadata: { k: tenant } }, { size: 10, after: null });
-      const byFp = await store.list(tenant, { fingerprint: `fp-${tenant}`, scope: [{ prefix: '/pci/', allow: true }] }, { size: 10, after: null });
+      const byMeta = await store.tokens.list(tenant, { metadata: { k: tenant } }, { size: 10, after: null });
+      const byFp = await store.tokens.list(tenant, { fingerprint: `fp-${tenant}`, scope: [{ prefix: '/pci/', allow: true }] }, { size: 10, after: null });
       if (byMeta.items.map((r) => r.id).join() !== plain || byFp.items.map((r) => r.id).join() !== card) t.fail(`search of ${tenant}`);
     }
     t.pass('every tenant lists and searches its own two tokens');
@@ -64,17 +64,17 @@ if (cluster) {
   t.test('a batch spanning tenants is refused before anything is written', async (t) => {
     const store = await open(t);
     const a = makeRecord({ tenant_id: 'ta' });
-    const err = await store.insertMany([a, makeRecord({ tenant_id: 'tb' })]).then(() => null, (e: unknown) => e);
+    const err = await store.tokens.insertMany([a, makeRecord({ tenant_id: 'tb' })]).then(() => null, (e: unknown) => e);
     t.match(err, { name: 'TypeError', message: /share a tenant/ });
-    t.equal(await store.get('ta', a.id), null, 'nothing written');
+    t.equal(await store.tokens.get('ta', a.id), null, 'nothing written');
   });
 
   t.test('factory builds a Cluster store from the store config', async (t) => {
     const store = await createStore({ kind: 'redis', path: '', cluster: { nodes: cluster.nodes }, key_prefix: `${cluster.prefix}factory:` });
     t.teardown(() => store.close());
     const r = makeRecord();
-    await store.insertMany([r]);
-    t.same(await store.get(r.tenant_id, r.id), r);
+    await store.tokens.insertMany([r]);
+    t.same(await store.tokens.get(r.tenant_id, r.id), r);
   });
 
   // Last: it moves a slot between the masters.
@@ -89,7 +89,7 @@ if (cluster) {
     const nodes = cluster.ports.map(direct);
     const kept: StoredToken[] = [];
     for (let i = 0; i < 20; i++) kept.push(makeRecord({ tenant_id: tenant, fingerprint: `fp-${i % 5}`, metadata: { i: String(i) } }));
-    for (let i = 0; i < 20; i += 5) await store.insertMany(kept.slice(i, i + 5));
+    for (let i = 0; i < 20; i += 5) await store.tokens.insertMany(kept.slice(i, i + 5));
     const slot = Number(await nodes[0]!.cluster('KEYSLOT', `x{${tenant}}`));
     const ids = await Promise.all(nodes.map((c) => c.cluster('MYID') as Promise<string>));
     const owns = await Promise.all(nodes.map(async (c) => Number(await c.cluster('COUNTKEYSINSLOT', slot)) > 0));
@@ -121,16 +121,16 @@ if (cluster) {
     const added: StoredToken[] = [];
     const deleted = new Set<string>();
     for (let round = 0; round < 3; round++) {
-      for (const r of kept) await attempt(`get ${r.id}`, () => store.get(tenant, r.id), (v) => deleted.has(r.id) ? v === null : JSON.stringify(v) === JSON.stringify(r));
-      await attempt('list by metadata', () => store.list(tenant, { metadata: { i: '3' } }, { size: 10, after: null }), (p) => p.items.map((x) => x.id).join() === kept[3]!.id);
+      for (const r of kept) await attempt(`get ${r.id}`, () => store.tokens.get(tenant, r.id), (v) => deleted.has(r.id) ? v === null : JSON.stringify(v) === JSON.stringify(r));
+      await attempt('list by metadata', () => store.tokens.list(tenant, { metadata: { i: '3' } }, { size: 10, after: null }), (p) => p.items.map((x) => x.id).join() === kept[3]!.id);
       const fresh = makeRecord({ tenant_id: tenant });
-      if (await attempt('insert', () => store.insertMany([fresh]), (v) => v.length === 1 && v[0] === null)) added.push(fresh);
-      await attempt('deduplicating insert', () => store.insertMany([makeRecord({ tenant_id: tenant, fingerprint: 'fp-1' })], { dedupe: [true] }),
+      if (await attempt('insert', () => store.tokens.insertMany([fresh]), (v) => v.length === 1 && v[0] === null)) added.push(fresh);
+      await attempt('deduplicating insert', () => store.tokens.insertMany([makeRecord({ tenant_id: tenant, fingerprint: 'fp-1' })], { dedupe: [true] }),
         (v) => v[0]?.id === kept[1]!.id);
       const changed = { ...kept[round]!, metadata: { i: `changed-${round}` } };
-      if (await attempt('update', () => store.update(changed), (v) => v === true)) kept[round] = changed;
+      if (await attempt('update', () => store.tokens.update(changed), (v) => v === true)) kept[round] = changed;
       const victim = kept[10 + round]!;
-      if (await attempt('delete', () => store.delete(tenant, victim.id), (v) => v === true)) deleted.add(victim.id);
+      if (await attempt('delete', () => store.tokens.delete(tenant, victim.id), (v) => v === true)) deleted.add(victim.id);
     }
     t.same(wrong, [], `no wrong answer during the migration (store_unavailable: ${unavailable.join(', ') || 'none'})`);
     // issue 30: README "Storage and durability" promises reads are served while the slot migrates
@@ -146,13 +146,13 @@ if (cluster) {
 
     // Afterwards: whatever was answered as written is there with all its indexes, nothing else.
     const live = [...kept.filter((r) => !deleted.has(r.id)), ...added];
-    const listed = await store.list(tenant, {}, { size: 100, after: null });
+    const listed = await store.tokens.list(tenant, {}, { size: 100, after: null });
     t.same(listed.items.map((r) => r.id).sort(), live.map((r) => r.id).sort(), 'the list holds exactly the tokens answered as written');
     for (const r of live) {
-      const byMeta = await store.list(tenant, { metadata: r.metadata }, { size: 10, after: null });
+      const byMeta = await store.tokens.list(tenant, { metadata: r.metadata }, { size: 10, after: null });
       if (!byMeta.items.some((x) => x.id === r.id)) t.fail(`${r.id} missing from its metadata index`);
     }
-    t.equal((await store.insertMany([makeRecord({ tenant_id: tenant, fingerprint: 'fp-1' })], { dedupe: [true] }))[0]?.id, kept[1]!.id, 'dedupe after the move');
+    t.equal((await store.tokens.insertMany([makeRecord({ tenant_id: tenant, fingerprint: 'fp-1' })], { dedupe: [true] }))[0]?.id, kept[1]!.id, 'dedupe after the move');
     t.equal(Number(await nodes[from]!.cluster('COUNTKEYSINSLOT', slot)), 0, 'nothing of the slot is left on the old master');
     t.ok(Number(await nodes[to]!.cluster('COUNTKEYSINSLOT', slot)) > 20, 'the slot lives on the new master');
   });

@@ -10,7 +10,7 @@ import { redisForFile } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
 import { cvcPattern, randomCard, randomCvc } from '../helpers/secrets.js';
 import { runContract, makeRecord, TENANT_A } from './contract.js';
-import { RedisStore } from '../../src/store/redis.js';
+import { RedisStore } from '../../src/store/redis/index.js';
 import { encodeRecord } from '../../src/store/codec.js';
 import { createStore } from '../../src/store/factory.js';
 import { KeyRing } from '../../src/crypto/keyring.js';
@@ -36,7 +36,7 @@ if (redis) {
   t.test('nothing under the prefix holds the plaintext card number or cvc', async (t) => {
     const prefix = `${redis.prefix}scan:`;
     const store = await open(t, prefix);
-    const ring = await KeyRing.open(randomBytes(32), store);
+    const ring = await KeyRing.open(randomBytes(32), store.dataKeys);
     // Drawn per run (issue 14): the dump holds base64 ciphertexts and millisecond timestamps, where
     // a fixed 4-digit cvc turned up by chance; the cvc is looked for only where it cannot collide.
     const number = randomCard();
@@ -47,7 +47,7 @@ if (redis) {
     record.cvc_sealed = cvcSealed;
     record.cvc_expires_at = new Date(Date.now() + 3_600_000).toISOString();
     record.fingerprint = ring.fingerprint(TENANT_A, 'card', number);
-    await store.insertMany([record]);
+    await store.tokens.insertMany([record]);
 
     const client = raw(t);
     const keys: string[] = [];
@@ -84,17 +84,17 @@ if (redis) {
     const prefix = `${redis.prefix}ring:`;
     const [a, b] = await Promise.all([open(t, prefix), open(t, prefix)]);
     const master = randomBytes(32);
-    const [ra, rb] = await Promise.all([KeyRing.open(master, a), KeyRing.open(master, b)]);
+    const [ra, rb] = await Promise.all([KeyRing.open(master, a.dataKeys), KeyRing.open(master, b.dataKeys)]);
     t.equal(ra.activeKid, rb.activeKid);
     t.equal(rb.unseal(ra.seal('hello', 'aad'), 'aad'), 'hello');
     const [ka, kb] = await Promise.all([ra.rotate(), rb.rotate()]);
     t.equal(ka, kb, 'both rotations land on one new key');
-    t.same((await a.listDataKeys()).map((k) => k.kid), ['k1', 'k2']);
+    t.same((await a.dataKeys.listDataKeys()).map((k) => k.kid), ['k1', 'k2']);
     t.equal(ra.unseal(rb.seal('after', 'aad'), 'aad'), 'after');
-    const rc = await KeyRing.open(master, await open(t, prefix));
+    const rc = await KeyRing.open(master, (await open(t, prefix)).dataKeys);
     const sealed = rc.seal('x', 'y');
     t.equal(KeyRing.kidOf(sealed), 'k2');
-    const err = await KeyRing.open(randomBytes(32), a).then(() => null, (e: unknown) => e);
+    const err = await KeyRing.open(randomBytes(32), a.dataKeys).then(() => null, (e: unknown) => e);
     t.match(err, { name: 'MasterKeyMismatchError', message: /the master key does not match the store/ });
   });
 
@@ -114,9 +114,9 @@ if (redis) {
     await client.set(tk('seq'), '2');
     const store = await open(t, prefix);
     t.equal(await client.hget(`${prefix}meta`, 'version'), '3', 'layout version 3 recorded');
-    t.same((await store.list(TENANT_A, { scope: [{ prefix: '/general/', allow: true }] }, { size: 10, after: null })).items.map((r) => r.id), [old[0]!.id], 'a scoped list finds the old token');
-    t.same((await store.list(TENANT_A, { container: '/pci/' }, { size: 10, after: null })).items.map((r) => r.id), [old[1]!.id]);
-    const [hit] = await store.insertMany([makeRecord({ fingerprint: 'fp-old' })], { dedupe: [true] });
+    t.same((await store.tokens.list(TENANT_A, { scope: [{ prefix: '/general/', allow: true }] }, { size: 10, after: null })).items.map((r) => r.id), [old[0]!.id], 'a scoped list finds the old token');
+    t.same((await store.tokens.list(TENANT_A, { container: '/pci/' }, { size: 10, after: null })).items.map((r) => r.id), [old[1]!.id]);
+    const [hit] = await store.tokens.insertMany([makeRecord({ fingerprint: 'fp-old' })], { dedupe: [true] });
     t.equal(hit?.id, old[0]!.id, 'deduplication matches the old token of its container');
     const zsets = JSON.parse((await client.hget(tk3('rec', old[0]!.id), 'k'))!) as string[];
     t.ok(zsets.includes(tk3('ct', '/general/high/')) && zsets.includes(tk3('dd', 'token', '/general/high/', 'fp-old')), 'its zset list was rewritten');
@@ -130,13 +130,13 @@ if (redis) {
     const store = await open(t);
     const client = raw(t);
     const others = Array.from({ length: 400 }, () => makeRecord({ container: '/other/' }));
-    for (let i = 0; i < others.length; i += 100) await store.insertMany(others.slice(i, i + 100));
+    for (let i = 0; i < others.length; i += 100) await store.tokens.insertMany(others.slice(i, i + 100));
     const mine = Array.from({ length: 5 }, () => makeRecord({ container: '/mine/' }));
-    await store.insertMany(mine);
-    await store.insertMany(Array.from({ length: 100 }, () => makeRecord({ container: '/other/' })));
+    await store.tokens.insertMany(mine);
+    await store.tokens.insertMany(Array.from({ length: 100 }, () => makeRecord({ container: '/other/' })));
     const hmgets = async () => Number(/cmdstat_hmget:calls=(\d+)/.exec(await client.info('commandstats'))?.[1] ?? 0);
     const before = await hmgets();
-    const page = await store.list(TENANT_A, { scope: [{ prefix: '/mine/', allow: true }] }, { size: 20, after: null });
+    const page = await store.tokens.list(TENANT_A, { scope: [{ prefix: '/mine/', allow: true }] }, { size: 20, after: null });
     const reads = (await hmgets()) - before;
     t.same(page.items.map((r) => r.id), mine.map((r) => r.id).reverse(), 'the whole page');
     t.ok(reads <= mine.length, `${reads} record reads for ${mine.length} records among ${others.length + 105}`);
@@ -169,9 +169,9 @@ if (redis) {
   t.test(`Redis killed: operations reject within about 1.5 s (asserted under ${BOUND_MS} ms), work again after restart, data survives`, async (t) => {
     const store = await open(t);
     const before = makeRecord();
-    await store.insertMany([before]);
+    await store.tokens.insertMany([before]);
     await redis.kill();
-    for (const op of [() => store.get(TENANT_A, before.id), () => store.insertMany([makeRecord()]), () => store.ping()]) {
+    for (const op of [() => store.tokens.get(TENANT_A, before.id), () => store.tokens.insertMany([makeRecord()]), () => store.ping()]) {
       const started = Date.now();
       const err = await op().then(() => null, (e: unknown) => e);
       const took = Date.now() - started;
@@ -182,9 +182,9 @@ if (redis) {
     }
     await redis.restart();
     await waitFor(() => store.ping().then(() => true, () => false), { timeoutMs: 10_000, intervalMs: 100, what: 'the store answers after the restart' });
-    t.same(await store.get(TENANT_A, before.id), before, 'the resolved insert survived kill -9 of Redis (appendfsync always)');
+    t.same(await store.tokens.get(TENANT_A, before.id), before, 'the resolved insert survived kill -9 of Redis (appendfsync always)');
     const after = makeRecord();
-    await store.insertMany([after]);
-    t.same(await store.get(TENANT_A, after.id), after, 'writes work again');
+    await store.tokens.insertMany([after]);
+    t.same(await store.tokens.get(TENANT_A, after.id), after, 'writes work again');
   });
 }

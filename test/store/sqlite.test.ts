@@ -1,5 +1,5 @@
 /**
- * Which better-sqlite3 the embedded store loads (src/store/sqlite.ts): 12.x aborts Node 24
+ * Which better-sqlite3 the embedded store loads (src/store/embedded/sqlite.ts): 12.x aborts Node 24
  * processes when a statement is collected without a current environment, 13.x segfaults on
  * Node 20, so the Node line decides. Checks the choice and that the loaded build works,
  * including from a worker thread that ends (where 12.x on Node 24 aborted a test process of ours).
@@ -7,7 +7,7 @@
 import t from 'tap';
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
-import { SQLITE_PACKAGE, Sqlite } from '../../src/store/sqlite.js';
+import { SQLITE_PACKAGE, Sqlite } from '../../src/store/embedded/sqlite.js';
 
 const major = Number(process.versions.node.split('.')[0]);
 const require = createRequire(import.meta.url);

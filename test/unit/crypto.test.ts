@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto';
 import { KeyRing, masterKeyId } from '../../src/crypto/keyring.js';
 import { MasterKeyMismatchError, SealedValueError, UnknownKeyError } from '../../src/crypto/errors.js';
 import { loadMasterKey } from '../../src/crypto/master-key.js';
-import { EmbeddedStore } from '../../src/store/embedded.js';
+import { EmbeddedStore } from '../../src/store/embedded/index.js';
 
 function tempDir(t: Test): string {
   const dir = mkdtempSync(join(tmpdir(), 'tp-crypto-'));
@@ -38,7 +38,7 @@ function thrown(fn: () => unknown): unknown {
 const AAD = '11111111-1111-4111-8111-111111111111:tok-1';
 
 t.test('seal/unseal round trip, versioned format, random IVs', async (t) => {
-  const ring = await KeyRing.open(randomBytes(32), storeIn(t));
+  const ring = await KeyRing.open(randomBytes(32), storeIn(t).dataKeys);
   for (const plain of ['', '4242424242424242', 'ünïcødé ✓ 𝄞', JSON.stringify({ number: '4111111111111111', cvc: '123' })]) {
     t.equal(ring.unseal(ring.seal(plain, AAD), AAD), plain);
   }
@@ -60,7 +60,7 @@ t.test('seal/unseal round trip, versioned format, random IVs', async (t) => {
 });
 
 t.test('AAD mismatch and tampering are detected', async (t) => {
-  const ring = await KeyRing.open(randomBytes(32), storeIn(t));
+  const ring = await KeyRing.open(randomBytes(32), storeIn(t).dataKeys);
   const sealed = ring.seal('4242424242424242', AAD);
   const fail = (s: string, aad = AAD) => thrown(() => ring.unseal(s, aad));
   t.match(fail(sealed, `${AAD}x`), { reason: 'authentication_failed' }, 'other token id');
@@ -82,14 +82,14 @@ t.test('AAD mismatch and tampering are detected', async (t) => {
 t.test('rotation: new seals use the new key, old ciphertexts still open', async (t) => {
   const dir = tempDir(t);
   const master = randomBytes(32);
-  const ring = await KeyRing.open(master, storeIn(t, dir));
+  const ring = await KeyRing.open(master, storeIn(t, dir).dataKeys);
   const old = ring.seal('old', AAD);
   t.equal(await ring.rotate(), 'k2');
   t.equal(ring.activeKid, 'k2');
   const fresh = ring.seal('new', AAD);
   t.equal(KeyRing.kidOf(fresh), 'k2');
   t.equal(ring.unseal(old, AAD), 'old');
-  const reopened = await KeyRing.open(master, storeIn(t, dir));
+  const reopened = await KeyRing.open(master, storeIn(t, dir).dataKeys);
   t.same(reopened.kids, ['k1', 'k2']);
   t.equal(reopened.activeKid, 'k2', 'the newest key is active after a restart');
   t.equal(reopened.unseal(old, AAD), 'old');
@@ -99,8 +99,8 @@ t.test('rotation: new seals use the new key, old ciphertexts still open', async 
 t.test('a key added by another instance: unsealOrRefresh reloads the ring', async (t) => {
   const dir = tempDir(t);
   const master = randomBytes(32);
-  const a = await KeyRing.open(master, storeIn(t, dir));
-  const b = await KeyRing.open(master, storeIn(t, dir));
+  const a = await KeyRing.open(master, storeIn(t, dir).dataKeys);
+  const b = await KeyRing.open(master, storeIn(t, dir).dataKeys);
   await b.rotate();
   const sealed = b.seal('from b', AAD);
   t.ok(thrown(() => a.unseal(sealed, AAD)) instanceof UnknownKeyError);
@@ -112,9 +112,9 @@ t.test('a key added by another instance: unsealOrRefresh reloads the ring', asyn
 t.test('the wrong master key is detected, with a clear message', async (t) => {
   const dir = tempDir(t);
   const right = randomBytes(32);
-  await KeyRing.open(right, storeIn(t, dir));
+  await KeyRing.open(right, storeIn(t, dir).dataKeys);
   const wrong = randomBytes(32);
-  const err = await KeyRing.open(wrong, storeIn(t, dir)).then(() => null, (e: unknown) => e);
+  const err = await KeyRing.open(wrong, storeIn(t, dir).dataKeys).then(() => null, (e: unknown) => e);
   t.ok(err instanceof MasterKeyMismatchError);
   t.match(err, { message: /the master key does not match the store/ });
   t.match(err, { message: new RegExp(masterKeyId(wrong)) }, 'names the key ids');
@@ -122,16 +122,16 @@ t.test('the wrong master key is detected, with a clear message', async (t) => {
 
   const corrupt = storeIn(t);
   const id = masterKeyId(right);
-  await corrupt.addDataKey({ kid: 'k1', wrapped: `w1.${id}.${randomBytes(12).toString('base64url')}.${randomBytes(48).toString('base64url')}`, created_at: new Date().toISOString() });
-  await t.rejects(KeyRing.open(right, corrupt), { name: 'MasterKeyMismatchError', message: /k1 cannot be unwrapped/ });
-  await t.rejects(KeyRing.open(randomBytes(16), storeIn(t)), { message: /32 bytes/ });
+  await corrupt.dataKeys.addDataKey({ kid: 'k1', wrapped: `w1.${id}.${randomBytes(12).toString('base64url')}.${randomBytes(48).toString('base64url')}`, created_at: new Date().toISOString() });
+  await t.rejects(KeyRing.open(right, corrupt.dataKeys), { name: 'MasterKeyMismatchError', message: /k1 cannot be unwrapped/ });
+  await t.rejects(KeyRing.open(randomBytes(16), storeIn(t).dataKeys), { message: /32 bytes/ });
 });
 
 t.test('fingerprints and index hashes: stable per tenant, distinct across tenants, types, purposes', async (t) => {
   const dir = tempDir(t);
   const master = randomBytes(32);
-  const a = await KeyRing.open(master, storeIn(t, dir));
-  const b = await KeyRing.open(master, storeIn(t, dir));
+  const a = await KeyRing.open(master, storeIn(t, dir).dataKeys);
+  const b = await KeyRing.open(master, storeIn(t, dir).dataKeys);
   const T1 = 'tenant-1';
   const T2 = 'tenant-2';
   const fp = a.fingerprint(T1, 'card', '4242424242424242');
@@ -146,13 +146,13 @@ t.test('fingerprints and index hashes: stable per tenant, distinct across tenant
   t.not(a.indexHash(T1, '4242'), a.fingerprint(T1, '', '4242'), 'index hashes use their own key');
   t.equal(b.indexHash(T1, '4242'), a.indexHash(T1, '4242'));
   t.not(a.indexHash(T2, '4242'), a.indexHash(T1, '4242'));
-  const other = await KeyRing.open(randomBytes(32), storeIn(t));
+  const other = await KeyRing.open(randomBytes(32), storeIn(t).dataKeys);
   t.not(other.fingerprint(T1, 'card', '4242424242424242'), fp, 'other master key');
 });
 
 t.test('a key ring prints no key material', async (t) => {
   const master = randomBytes(32);
-  const ring = await KeyRing.open(master, storeIn(t));
+  const ring = await KeyRing.open(master, storeIn(t).dataKeys);
   const shown = `${inspect(ring, { depth: 10, showHidden: true })}${JSON.stringify(ring)}`;
   t.match(shown, /activeKid/);
   t.notOk(shown.includes(master.toString('base64')) || shown.includes(master.toString('hex')));

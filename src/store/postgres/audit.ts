@@ -16,7 +16,7 @@ import {
   type AuditPageResult, type StoredAuditHead,
 } from '../audit.js';
 import { checkPage, decodeCursor, encodeCursor } from '../codec.js';
-import type { Page } from '../types.js';
+import type { AuditPort, Page } from '../types.js';
 import { query, transaction } from './pool.js';
 
 const EVENT_COLUMNS = 'seq, prev_hash, tenant_id, application_id, action, token_ids, destination, request_id, created_at';
@@ -43,12 +43,12 @@ function decode(r: EventRow): AuditEvent | null {
   };
 }
 
-export class PostgresAudit {
+export class PostgresAudit implements AuditPort {
   readonly #appender = new TenantSerialAppender((tenantId, inputs, sign) => this.#append(tenantId, inputs, sign));
 
   constructor(private readonly pool: pg.Pool) {}
 
-  append(tenantId: string, events: AuditEventInput[], sign: AuditAnchorSigner): Promise<AuditEvent[]> {
+  appendAudit(tenantId: string, events: AuditEventInput[], sign: AuditAnchorSigner): Promise<AuditEvent[]> {
     if (events.length === 0) return Promise.resolve([]);
     return this.#appender.append(tenantId, events, sign);
   }
@@ -81,7 +81,7 @@ export class PostgresAudit {
     });
   }
 
-  async list(tenantId: string, filter: AuditFilter, page: Page): Promise<AuditPageResult> {
+  async listAudit(tenantId: string, filter: AuditFilter, page: Page): Promise<AuditPageResult> {
     checkPage(page);
     const after = page.after === null ? Number.MAX_SAFE_INTEGER : decodeCursor(page.after);
     const r = await query<EventRow>(
@@ -98,7 +98,7 @@ export class PostgresAudit {
     return { items, next: r.rows.length > page.size ? encodeCursor(Number(r.rows[page.size - 1]!.seq)) : null };
   }
 
-  async range(tenantId: string, after: string | null, limit: number): Promise<{ items: Array<AuditEvent | null>; next: string | null }> {
+  async auditRange(tenantId: string, after: string | null, limit: number): Promise<{ items: Array<AuditEvent | null>; next: string | null }> {
     const r = await query<EventRow>(
       this.pool,
       `SELECT ${EVENT_COLUMNS} FROM tokenproxy.audit_events WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
@@ -107,7 +107,7 @@ export class PostgresAudit {
     return { items: r.rows.map(decode), next: r.rows.length === limit ? encodeCursor(Number(r.rows[r.rows.length - 1]!.seq)) : null };
   }
 
-  async head(tenantId: string): Promise<StoredAuditHead | null> {
+  async auditHead(tenantId: string): Promise<StoredAuditHead | null> {
     const r = await query<{ seq: string; hash: Buffer; anchor: string | null }>(
       this.pool, 'SELECT seq, hash, anchor FROM tokenproxy.audit_heads WHERE tenant_id = $1 AND seq > 0', [tenantId],
     );

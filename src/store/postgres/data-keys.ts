@@ -4,21 +4,21 @@
  */
 import type pg from 'pg';
 import { decodeDataKey } from '../codec.js';
-import type { WrappedDataKey } from '../types.js';
+import type { DataKeyPort, WrappedDataKey } from '../types.js';
 import { query } from './pool.js';
 
-export class PostgresDataKeys {
+export class PostgresDataKeys implements DataKeyPort {
   constructor(private readonly pool: pg.Pool) {}
 
-  async list(): Promise<WrappedDataKey[]> {
+  async listDataKeys(): Promise<WrappedDataKey[]> {
     const r = await query(this.pool, 'SELECT kid, wrapped, created_at FROM tokenproxy.data_keys ORDER BY ord');
     return r.rows.map((row) => decodeDataKey(row));
   }
 
-  async add(key: WrappedDataKey): Promise<WrappedDataKey[]> {
+  async addDataKey(key: WrappedDataKey): Promise<WrappedDataKey[]> {
     await query(this.pool, 'INSERT INTO tokenproxy.data_keys (kid, wrapped, created_at) VALUES ($1, $2, $3) ON CONFLICT (kid) DO NOTHING', [
       key.kid, key.wrapped, key.created_at,
     ]);
-    return this.list();
+    return this.listDataKeys();
   }
 }

@@ -5,16 +5,16 @@
  * Expired rows are dead to every operation and deleted by purge.
  */
 import type pg from 'pg';
-import type { IdempotencyClaim, IdempotencySlot } from '../idempotency.js';
+import type { IdempotencyClaim, IdempotencyPort, IdempotencySlot } from '../idempotency.js';
 import { StoreUnavailableError } from '../types.js';
 import { query } from './pool.js';
 
 const I = 'tokenproxy.idempotency_keys';
 
-export class PostgresIdempotency {
+export class PostgresIdempotency implements IdempotencyPort {
   constructor(private readonly pool: pg.Pool) {}
 
-  async claim(slot: IdempotencySlot, owner: string, sealed: string, ttlMs: number): Promise<IdempotencyClaim> {
+  async claimIdempotencyKey(slot: IdempotencySlot, owner: string, sealed: string, ttlMs: number): Promise<IdempotencyClaim> {
     // A live entry seen as free by the upsert can expire or be released before it is read: again.
     for (let attempt = 0; attempt < 5; attempt++) {
       const now = Date.now();
@@ -36,7 +36,7 @@ export class PostgresIdempotency {
     throw new StoreUnavailableError('the idempotency entry kept changing');
   }
 
-  async complete(slot: IdempotencySlot, owner: string, sealed: string, ttlMs: number): Promise<boolean> {
+  async completeIdempotencyKey(slot: IdempotencySlot, owner: string, sealed: string, ttlMs: number): Promise<boolean> {
     const now = Date.now();
     const r = await query(
       this.pool,
@@ -47,14 +47,14 @@ export class PostgresIdempotency {
     return r.rowCount === 1;
   }
 
-  async release(slot: IdempotencySlot, owner: string): Promise<boolean> {
+  async releaseIdempotencyKey(slot: IdempotencySlot, owner: string): Promise<boolean> {
     const r = await query(this.pool, `DELETE FROM ${I} WHERE tenant_id = $1 AND key = $2 AND owner = $3 AND state = 'in_flight'`, [
       slot.tenant_id, slot.key, owner,
     ]);
     return r.rowCount === 1;
   }
 
-  async purge(now: Date): Promise<number> {
+  async purgeIdempotencyKeys(now: Date): Promise<number> {
     const ms = now.getTime();
     if (!Number.isFinite(ms)) throw new TypeError('purgeIdempotencyKeys: invalid date');
     const r = await query(this.pool, `DELETE FROM ${I} WHERE expires_ms <= $1`, [ms]);

@@ -10,7 +10,8 @@
  *
  * Errors: every failure of the database or the connection becomes StoreUnavailableError naming
  * only the SQLSTATE or the socket error code; pg's own messages and details can quote values
- * (a key in a unique violation), so they never reach a message.
+ * (a key in a unique violation), so they never reach a message, and the pg error kept as its
+ * cause is a sanitized copy (sanitize below, issue 24), as the Redis store keeps its own.
  */
 import pg from 'pg';
 import { parseIntoClientConfig } from 'pg-connection-string';
@@ -94,11 +95,36 @@ function isDatabaseError(err: unknown): boolean {
   return err instanceof pg.DatabaseError && !/^(08|57P)/.test(err.code ?? '');
 }
 
+/** The fields of a server error that name our own schema objects or classify it: never a value. */
+const SAFE_FIELDS = ['severity', 'code', 'schema', 'table', 'column', 'dataType', 'constraint', 'routine'] as const;
+
+/**
+ * The cause a StoreUnavailableError keeps (issue 24): pg's error without what can quote a value. A
+ * server error's message can quote an input ('invalid input syntax for type …: "…"'), its detail a
+ * key or a whole row ('Key (kid)=(…) already exists.', 'Failing row contains (…)'), its hint,
+ * where and internal query more; a logger that prints causes would write them out. Kept: the
+ * SQLSTATE, the severity and the names of the schema objects involved, in a pg.DatabaseError (so
+ * isUniqueViolation still reads it). Other failures (socket, timeout, a closed pool) carry no
+ * value: their name, errno code and first 200 characters are kept.
+ */
+export function sanitize(err: unknown): Error {
+  if (err instanceof pg.DatabaseError) {
+    const safe = new pg.DatabaseError(`PostgreSQL error ${errorCode(err)}`, 0, 'error');
+    for (const field of SAFE_FIELDS) safe[field] = err[field];
+    return safe;
+  }
+  const safe: Error & { code?: string } = new Error(err instanceof Error ? err.message.slice(0, 200) : 'unknown error');
+  safe.name = err instanceof Error ? err.name : 'Error';
+  const code = err && typeof err === 'object' ? (err as { code?: unknown }).code : undefined;
+  if (typeof code === 'string') safe.code = code;
+  return safe;
+}
+
 /** Errors the store's callers handle themselves pass; everything else is the store failing. */
 export function storeError(err: unknown): unknown {
   if (err instanceof DuplicateTokenError || err instanceof StoreUnavailableError || err instanceof InvalidCursorError
     || err instanceof RangeError || err instanceof TypeError) return err;
-  return new StoreUnavailableError(`the PostgreSQL store failed (${errorCode(err)})`, { cause: err });
+  return new StoreUnavailableError(`the PostgreSQL store failed (${errorCode(err)})`, { cause: sanitize(err) });
 }
 
 /** SQLSTATE 23505 on the constraint named. */

@@ -13,7 +13,7 @@
  */
 import type pg from 'pg';
 import { checkPage, decodeCursor, encodeCursor, timeMs } from '../codec.js';
-import { DuplicateTokenError, StoreUnavailableError, type InsertOptions, type Page, type PageResult, type StoredToken, type TokenFilter } from '../types.js';
+import { DuplicateTokenError, StoreUnavailableError, type InsertOptions, type Page, type PageResult, type StoredToken, type TokenFilter, type TokenPort } from '../types.js';
 import { isUniqueViolation, query, transaction } from './pool.js';
 
 const T = 'tokenproxy.tokens';
@@ -85,7 +85,7 @@ function repeatedId(records: readonly StoredToken[]): string | null {
   return null;
 }
 
-export class PostgresTokens {
+export class PostgresTokens implements TokenPort {
   constructor(private readonly pool: pg.Pool) {}
 
   async insertMany(records: StoredToken[], options: InsertOptions = {}): Promise<Array<StoredToken | null>> {

@@ -1,12 +1,12 @@
 /**
  * The embedded store's idempotency entries (store/idempotency.ts): one table, written only by the
- * writer thread (embedded-writer.ts runs these ops inside its transactions), so a claim's check and
+ * writer thread (writer.ts runs these ops inside its transactions), so a claim's check and
  * write are one step with respect to every other write, and two requests with one key on this
  * instance cannot both claim it. Expired rows are dead to every op and deleted by `purge`.
  */
 import type Database from 'better-sqlite3';
 
-/** Schema version 3 (embedded.ts runs it once, inside the migration transaction). */
+/** Schema version 3 (schema.ts runs it once, inside the migration transaction). */
 export const MIGRATE_IDEMPOTENCY = `
 CREATE TABLE IF NOT EXISTS idempotency_keys (
   tenant_id TEXT NOT NULL, key TEXT NOT NULL, owner TEXT NOT NULL, state TEXT NOT NULL,

@@ -1,20 +1,20 @@
 /**
- * The embedded store's writes, off the main thread (EmbeddedStore in embedded.ts holds a
+ * The embedded store's writes, off the main thread (EmbeddedConnection in connection.ts holds a
  * WriterThread): the write transactions, the thread that runs them on its own connection to the
  * SQLite file, and that thread's entry (the end of this file). A write is answered only after its
  * COMMIT returned, so a resolved write is durable (synchronous=FULL) and visible to the next read
  * on the main thread's connection (WAL). ':memory:' cannot be shared with a thread: there
- * EmbeddedStore runs writeExecutor in-thread, the same transactions.
+ * the connection runs writeExecutor in-thread, the same transactions.
  */
 import type Database from 'better-sqlite3';
 import { Sqlite } from './sqlite.js';
 import { fileURLToPath } from 'node:url';
 import { isMainThread, parentPort, Worker, workerData, type MessagePort } from 'node:worker_threads';
-import { encodeEvent, type AuditHead } from './audit.js';
-import { DuplicateTokenError, StoreUnavailableError } from './types.js';
-import { idempotencyWrites } from './embedded-idempotency.js';
-import { decodeRequests, decodeResults, encodeRequest, encodeResult } from './embedded-wire.js';
-import type { Params, WriteOp, WriteRow } from './embedded-ops.js';
+import { encodeEvent, type AuditHead } from '../audit.js';
+import { DuplicateTokenError, StoreUnavailableError } from '../types.js';
+import { idempotencyWrites } from './idempotency-writes.js';
+import { decodeRequests, decodeResults, encodeRequest, encodeResult } from './wire.js';
+import type { Params, WriteOp, WriteRow } from './ops.js';
 
 const WRITER_ROLE = 'tokenproxy embedded-store writer';
 interface WriterData {
@@ -24,9 +24,9 @@ interface WriterData {
 
 export const LIVE = '(expires_ms IS NULL OR expires_ms > @now)';
 
-export type { Params, WriteOp, WriteRow } from './embedded-ops.js';
+export type { Params, WriteOp, WriteRow } from './ops.js';
 
-/** A stored row as reads return it (embedded.ts decodes it). */
+/** A stored row as reads return it (tokens.ts decodes it). */
 export interface StoredRow {
   seq: number;
   record: string;
@@ -40,7 +40,7 @@ export type WriteResult = { ok: true; value: unknown } | { ok: false; error: unk
 export type ErrorDescriptor = { kind: 'duplicate'; id: string } | { kind: 'sqlite'; code: string } | { kind: 'other' };
 
 /**
- * Main thread → writer: the writes of one event-loop turn as one string (embedded-wire.ts
+ * Main thread → writer: the writes of one event-loop turn as one string (wire.ts
  * encodeRequest per write), then CLOSE after the last. Writer → main thread: one string with one
  * answer per write (encodeResult), sent after their transaction committed (or failed).
  */
@@ -261,7 +261,7 @@ export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) 
 }
 
 /**
- * Starts this file as the writer thread: dist/store/embedded-writer.js in the built service, the
+ * Starts this file as the writer thread: dist/store/embedded/writer.js in the built service, the
  * .ts file when running from source under a TypeScript loader (tap's ts-node, tsx). The worker
  * inherits process.execArgv, but tsx (4.23 here) registers its hooks in worker threads only from
  * Node 22.22.3/24.11.1 on (https://github.com/privatenumber/tsx/issues/354): on Node 20 the .ts
@@ -290,7 +290,7 @@ function startWriter(dbPath: string): Worker {
 }
 
 export interface WriteRequest {
-  /** The write as embedded-wire.ts encodeOp wrote it (encoded by the caller, in its own turn). */
+  /** The write as wire.ts encodeOp wrote it (encoded by the caller, in its own turn). */
   frame: string;
   resolve: (value: unknown) => void;
   reject: (err: unknown) => void;

@@ -1,6 +1,6 @@
 /**
  * What crosses the thread boundary between EmbeddedStore (main thread) and its writer thread
- * (embedded-writer.ts): the writes of one event-loop turn go over as ONE string, and the writer's
+ * (writer.ts): the writes of one event-loop turn go over as ONE string, and the writer's
  * answers to them come back as one string.
  *
  * Why a string: postMessage copies a flat string in one piece, while a structured clone walks
@@ -15,7 +15,7 @@
  * (delete, keys, idempotency, audit) are one JSON field each. Nothing here is persisted: both
  * ends are always the same build.
  */
-import type { WriteOp, WriteRow } from './embedded-ops.js';
+import type { WriteOp, WriteRow } from './ops.js';
 
 const NULL = '~';
 const NULL_CODE = 126;
@@ -150,7 +150,7 @@ export function decodeRequests(text: string): Array<{ id: number; op: WriteOp }>
   return out;
 }
 
-/** An answer's outcome: the write's value, or what failed (ErrorDescriptor in embedded-writer.ts). */
+/** An answer's outcome: the write's value, or what failed (ErrorDescriptor in writer.ts). */
 export type WireResult = { id: number; ok: true; value: unknown } | { id: number; ok: false; error: unknown };
 
 /** Writer → main thread: per write its id, then `o` and its value as JSON (`~`: undefined), or `e` and the failure as JSON. */

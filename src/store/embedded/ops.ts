@@ -1,14 +1,14 @@
 /**
- * The writes the embedded store sends to its writer thread, as types only: embedded-writer.ts
- * runs them and embedded-wire.ts encodes them, and neither needs the other for these.
+ * The writes the embedded store sends to its writer thread, as types only: writer.ts
+ * runs them and wire.ts encodes them, and neither needs the other for these.
  */
-import type { WrappedDataKey } from './types.js';
-import type { AuditEvent, AuditHead, StoredAuditHead } from './audit.js';
-import type { IdempotencyOp } from './embedded-idempotency.js';
+import type { WrappedDataKey } from '../types.js';
+import type { AuditEvent, AuditHead, StoredAuditHead } from '../audit.js';
+import type { IdempotencyOp } from './idempotency-writes.js';
 
 export type Params = Record<string, string | number | null>;
 
-/** One record as the writer needs it (sent to the writer thread as embedded-wire.ts's encodeRow). */
+/** One record as the writer needs it (sent to the writer thread as wire.ts's encodeRow). */
 export interface WriteRow {
   tenant_id: string;
   id: string;

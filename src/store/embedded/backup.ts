@@ -22,8 +22,8 @@ import { randomBytes } from 'node:crypto';
 import { closeSync, constants, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, readSync, renameSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import type Database from 'better-sqlite3';
-import { SCHEMA_VERSION } from './embedded.js';
-import { sqliteCode } from './embedded-writer.js';
+import { SCHEMA_VERSION } from './schema.js';
+import { sqliteCode } from './writer.js';
 import { Sqlite } from './sqlite.js';
 
 /** A refusal the operator resolves (exit 2): a missing directory, a file in the way, a running service. */

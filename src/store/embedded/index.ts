@@ -1,0 +1,47 @@
+/**
+ * The embedded store: one SQLite file (better-sqlite3), for a single instance. Its four ports
+ * (issue 24 item 5: tokens.ts, audit.ts, data-keys.ts, idempotency.ts) share one connection
+ * (connection.ts: the file, this thread's reads, the writer thread's group commit) and one schema
+ * (schema.ts).
+ */
+import type { Worker } from 'node:worker_threads';
+import type { Store } from '../types.js';
+import { EmbeddedAudit } from './audit.js';
+import { EmbeddedConnection } from './connection.js';
+import { EmbeddedDataKeys } from './data-keys.js';
+import { EmbeddedIdempotency } from './idempotency.js';
+import { EmbeddedTokens } from './tokens.js';
+
+export class EmbeddedStore implements Store {
+  readonly kind = 'embedded' as const;
+  readonly tokens: EmbeddedTokens;
+  readonly audit: EmbeddedAudit;
+  readonly dataKeys: EmbeddedDataKeys;
+  readonly idempotency: EmbeddedIdempotency;
+  readonly #c: EmbeddedConnection;
+  readonly #ping: { get(): unknown };
+
+  /** Opens (creating if needed) the database at `path`, or ':memory:'. */
+  constructor(readonly path: string) {
+    this.#c = new EmbeddedConnection(path);
+    this.tokens = new EmbeddedTokens(this.#c);
+    this.dataKeys = new EmbeddedDataKeys(this.#c);
+    this.#ping = this.#c.db.prepare('SELECT 1');
+    this.audit = new EmbeddedAudit(this.#c);
+    this.idempotency = new EmbeddedIdempotency(this.#c);
+  }
+
+  async ping(): Promise<void> {
+    this.#c.run(() => this.#ping.get());
+  }
+
+  /** Writes already accepted are committed (or rejected), the writer exits, then the database closes. */
+  close(): Promise<void> {
+    return this.#c.close();
+  }
+
+  /** The writer thread, for tests that kill it; null in ':memory:' mode or when none is running. */
+  writerThread(): Worker | null {
+    return this.#c.writerThread();
+  }
+}

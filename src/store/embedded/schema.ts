@@ -1,0 +1,86 @@
+/**
+ * The embedded store's schema (issue 24 item 5: split out of the store): the tables of every port,
+ * created or migrated once per file, at open, in one IMMEDIATE transaction.
+ */
+import type Database from 'better-sqlite3';
+import { MIGRATE_IDEMPOTENCY } from './idempotency-writes.js';
+import { retryBusy } from './writer.js';
+
+export const SCHEMA_VERSION = 5;
+/** Version 1: the tables. */
+const SCHEMA_V1 = `
+CREATE TABLE IF NOT EXISTS tokens (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  tenant_id TEXT NOT NULL, id TEXT NOT NULL, type TEXT NOT NULL, container TEXT NOT NULL,
+  fingerprint TEXT, expires_ms INTEGER, cvc_sealed TEXT, cvc_expires_ms INTEGER,
+  record TEXT NOT NULL,
+  UNIQUE (tenant_id, id)
+);
+CREATE INDEX IF NOT EXISTS tokens_by_tenant ON tokens (tenant_id, seq);
+CREATE INDEX IF NOT EXISTS tokens_by_type ON tokens (tenant_id, type, seq);
+CREATE INDEX IF NOT EXISTS tokens_by_fingerprint ON tokens (tenant_id, fingerprint, seq) WHERE fingerprint IS NOT NULL;
+CREATE INDEX IF NOT EXISTS tokens_cvc_due ON tokens (cvc_expires_ms) WHERE cvc_sealed IS NOT NULL;
+CREATE TABLE IF NOT EXISTS token_index_hashes (
+  tenant_id TEXT NOT NULL, hash TEXT NOT NULL,
+  seq INTEGER NOT NULL REFERENCES tokens (seq) ON DELETE CASCADE,
+  PRIMARY KEY (tenant_id, hash, seq)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS token_index_hashes_by_seq ON token_index_hashes (seq);
+CREATE TABLE IF NOT EXISTS token_metadata (
+  tenant_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+  seq INTEGER NOT NULL REFERENCES tokens (seq) ON DELETE CASCADE,
+  PRIMARY KEY (tenant_id, key, value, seq)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS token_metadata_by_seq ON token_metadata (seq);
+CREATE TABLE IF NOT EXISTS data_keys (
+  ord INTEGER PRIMARY KEY AUTOINCREMENT,
+  kid TEXT NOT NULL UNIQUE, wrapped TEXT NOT NULL, created_at TEXT NOT NULL
+);`;
+
+/**
+ * Version 2: deduplication is a constraint. A deduplicating insert that finds no live token of
+ * its tenant, type, container and fingerprint writes its token with dedupe_key set to those three,
+ * and the unique index allows one such token per tenant and key. Existing rows get NULL (no slot):
+ * the migration adds a column and an index over NULLs, so it cannot fail on the data of a
+ * version 1 file, duplicates included (a later deduplicating insert returns the oldest of them).
+ */
+const MIGRATE_V2 = `
+ALTER TABLE tokens ADD COLUMN dedupe_key TEXT;
+CREATE UNIQUE INDEX IF NOT EXISTS tokens_dedupe ON tokens (tenant_id, dedupe_key) WHERE dedupe_key IS NOT NULL;`;
+
+/**
+ * Version 4 (version 3 added the idempotency table, embedded/idempotency-writes.ts): the audit trail (store/audit.ts). `seq` is the event's place in its tenant's chain;
+ * `event` the event as JSON (what the chain hashes is rebuilt from it); audit_heads holds each
+ * tenant's last seq and hash, moved in the same transaction as the events.
+ */
+const MIGRATE_V4 = `
+CREATE TABLE IF NOT EXISTS audit_events (
+  tenant_id TEXT NOT NULL, seq INTEGER NOT NULL, created_ms INTEGER NOT NULL, event TEXT NOT NULL,
+  PRIMARY KEY (tenant_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS audit_heads (tenant_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL) WITHOUT ROWID;`;
+
+/**
+ * Version 5 (issue 23): each head's anchor (crypto/audit-anchor.ts). Heads written before it have none
+ * (NULL) until the tenant's next append anchors the head it writes.
+ */
+const MIGRATE_V5 = 'ALTER TABLE audit_heads ADD COLUMN anchor TEXT;';
+
+/**
+ * Creates or upgrades the schema. The version is read inside the transaction: a migration that
+ * fails leaves the file as it was, and two processes opening one file migrate it once.
+ */
+export function migrate(db: Database.Database): void {
+  const run = db.transaction(() => {
+    const version = Number(db.pragma('user_version', { simple: true }));
+    if (version > SCHEMA_VERSION) throw new Error(`the database schema (version ${version}) is newer than this tokenproxy understands`);
+    if (version === SCHEMA_VERSION) return;
+    db.exec(SCHEMA_V1);
+    if (version < 2) db.exec(MIGRATE_V2);
+    if (version < 3) db.exec(MIGRATE_IDEMPOTENCY);
+    if (version < 4) db.exec(MIGRATE_V4);
+    if (version < 5) db.exec(MIGRATE_V5);
+    db.pragma(`user_version = ${SCHEMA_VERSION}`);
+  });
+  retryBusy(() => run.immediate());
+}

@@ -1,0 +1,237 @@
+/**
+ * The Redis store's connection, shared by its four ports (issue 24 item 5): the ioredis client (one
+ * node, a Cluster or a Sentinel-managed primary: src/redis/connect.ts), the key names of the layout
+ * (index.ts), and every call to Redis, bounded by a deadline, with its failure turned into
+ * StoreUnavailableError without the command's arguments (sanitize).
+ */
+import { createHash } from 'node:crypto';
+import type { ChainableCommander } from 'ioredis';
+import { Cluster } from 'ioredis';
+import { createRedisClient, type RedisClient, type RedisTopology } from '../../redis/connect.js';
+import type { Logger } from '../../log.js';
+import { InvalidCursorError } from '../codec.js';
+import { DuplicateTokenError, StoreUnavailableError } from '../types.js';
+
+/** How often a compare-and-set write (audit append, update, delete) retries against a value another instance moved. */
+export const CAS_ATTEMPTS = 100;
+
+export interface RedisStoreOptions extends RedisTopology {
+  keyPrefix: string;
+  /** After each write script, WAIT for this many replicas (default 0: no wait). */
+  waitReplicas?: number | undefined;
+  /** How long that WAIT may take (default 500 ms); fewer acknowledgements: StoreUnavailableError. */
+  waitTimeoutMs?: number | undefined;
+  /** Per command, including time spent waiting for a reconnect (default 1500 ms). */
+  commandTimeoutMs?: number;
+  connectTimeoutMs?: number;
+  log?: Logger;
+}
+
+/**
+ * Key-name encoding: encodeURIComponent, except that a lone UTF-16 surrogate (legal in a JSON
+ * string, so possible in metadata, but not in UTF-8) is written as the three bytes of its code
+ * point (WTF-8) where encodeURIComponent would throw URIError (a 500 found by the fuzz suite).
+ * Distinct strings stay distinct key names.
+ */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+function enc(s: string): string {
+  if (!LONE_SURROGATE.test(s)) return encodeURIComponent(s);
+  let out = '';
+  for (const ch of s) {
+    const c = ch.charCodeAt(0);
+    if (ch.length === 1 && c >= 0xd800 && c <= 0xdfff) {
+      out += [0xe0 | (c >> 12), 0x80 | ((c >> 6) & 0x3f), 0x80 | (c & 0x3f)].map((b) => `%${b.toString(16).toUpperCase()}`).join('');
+    } else {
+      out += encodeURIComponent(ch);
+    }
+  }
+  return out;
+}
+
+/** Never carries the command's arguments (ioredis attaches them to reply errors). */
+export function sanitize(err: unknown): Error {
+  const safe = new Error(err instanceof Error ? err.message.slice(0, 200) : 'unknown error');
+  safe.name = err instanceof Error ? err.name : 'Error';
+  return safe;
+}
+
+export class RedisConnection {
+  readonly client: RedisClient;
+  /** `key_prefix`: every key of the store starts with it. */
+  readonly prefix: string;
+  readonly #waitReplicas: number;
+  readonly #waitTimeoutMs: number;
+  /** Bound on one store call, whatever the topology queues or retries underneath. */
+  readonly #deadlineMs: number;
+  readonly #scripts = new Map<string, string>();
+
+  private constructor(client: RedisClient, prefix: string, waitReplicas: number, waitTimeoutMs: number, deadlineMs: number) {
+    this.client = client;
+    this.prefix = prefix;
+    this.#waitReplicas = waitReplicas;
+    this.#waitTimeoutMs = waitTimeoutMs;
+    this.#deadlineMs = deadlineMs;
+  }
+
+  /** Connects (failing fast with StoreUnavailableError when Redis does not answer); migrates nothing (migrate.ts). */
+  static async open(opts: RedisStoreOptions): Promise<RedisConnection> {
+    const waitReplicas = opts.waitReplicas ?? 0;
+    const waitTimeoutMs = opts.waitTimeoutMs ?? 500;
+    // A WAIT is one command of its own: it gets its timeout plus a margin for the round trip.
+    const commandTimeout = Math.max(opts.commandTimeoutMs ?? 1500, waitReplicas > 0 ? waitTimeoutMs + 1000 : 0);
+    let client: RedisClient;
+    try {
+      client = createRedisClient(opts, {
+        lazyConnect: true,
+        connectTimeout: opts.connectTimeoutMs ?? 2000,
+        commandTimeout,
+        // 0: a command whose connection drops fails instead of being re-sent after a reconnect
+        // (a re-sent insert script that had already run would report its own ids as duplicates).
+        maxRetriesPerRequest: 0,
+        // Queued while reconnecting, bounded by commandTimeout, so a blip is absorbed, an outage is not.
+        enableOfflineQueue: true,
+        retryStrategy: (times: number) => Math.min(times * 100, 1000),
+      });
+    } catch (err) {
+      throw new StoreUnavailableError('cannot configure the Redis token store client', { cause: sanitize(err) });
+    }
+    let down = false;
+    client.on('error', (err: unknown) => {
+      if (down) return;
+      down = true; // once per outage, not once per reconnect attempt
+      opts.log?.warn({ err: sanitize(err) }, 'redis token store connection error');
+    });
+    client.on('ready', () => {
+      if (down) opts.log?.info('redis token store reconnected');
+      down = false;
+    });
+    try {
+      await client.connect();
+    } catch (err) {
+      client.disconnect();
+      throw new StoreUnavailableError('cannot connect to the Redis token store', { cause: sanitize(err) });
+    }
+    return new RedisConnection(client, opts.keyPrefix, waitReplicas, waitTimeoutMs, commandTimeout + 250);
+  }
+
+  async close(): Promise<void> {
+    if (this.client.status === 'ready') {
+      try {
+        await this.client.quit();
+      } catch {
+        // fall through: drop the connection
+      }
+    }
+    // Also after QUIT: with Sentinel only disconnect() closes the failover detector's
+    // connections to the sentinels (they would reconnect forever).
+    this.client.disconnect();
+  }
+
+  /** A key of the tenant: its hash tag is the encoded tenant id (no braces inside). */
+  t(tenantId: string, ...parts: string[]): string {
+    return `${this.prefix}t:{${enc(tenantId)}}:${parts.map(enc).join(':')}`;
+  }
+
+  /** The data keys' hash and order list, in one slot of their own. */
+  dk(part?: string): string {
+    return `${this.prefix}{dk}${part === undefined ? '' : `:${part}`}`;
+  }
+
+  tenantsKey(): string {
+    return `${this.prefix}tenants`;
+  }
+
+  /**
+   * The keys under the prefix matching `pattern` (relative to it, glob) for which `keep` (given
+   * the key without the prefix) holds, a SCAN page at a time; on a Cluster, every master's.
+   */
+  async *scan(pattern: string, keep: (rel: string) => boolean): AsyncGenerator<string[]> {
+    const match = `${this.prefix.replace(/[*?[\]\\]/g, '\\$&')}${pattern}`;
+    const nodes = this.client instanceof Cluster ? this.client.nodes('master') : [this.client];
+    for (const node of nodes) {
+      let cursor = '0';
+      do {
+        const [next, keys] = await this.call(() => node.scan(cursor, 'MATCH', match, 'COUNT', 1000));
+        cursor = next;
+        const kept = keys.filter((k) => k.startsWith(this.prefix) && keep(k.slice(this.prefix.length)));
+        if (kept.length > 0) yield kept;
+      } while (cursor !== '0');
+    }
+  }
+
+  async pipeline(build: (p: ChainableCommander) => void): Promise<unknown[]> {
+    const p = this.client.pipeline();
+    build(p);
+    const results = await this.call(() => p.exec());
+    if (!results) throw new StoreUnavailableError('the Redis token store aborted a pipeline');
+    return results.map(([err, value]) => {
+      if (err) throw this.#mapError(err);
+      return value;
+    });
+  }
+
+  /**
+   * EVALSHA, falling back to EVAL once when the server has not cached the script (NOSCRIPT).
+   * `write` with waitReplicas > 0: the script and `WAIT n timeout` go in one pipeline, so the WAIT
+   * runs on the connection (the node) that ran the script, right after it.
+   */
+  async eval(script: string, keys: string[], args: string[], write = false): Promise<unknown> {
+    let sha = this.#scripts.get(script);
+    if (!sha) this.#scripts.set(script, (sha = createHash('sha1').update(script).digest('hex')));
+    const evalsha = sha;
+    const wait = write && this.#waitReplicas > 0;
+    const run = async (cached: boolean): Promise<unknown> => {
+      if (!wait) {
+        return cached ? this.client.evalsha(evalsha, keys.length, ...keys, ...args) : this.client.eval(script, keys.length, ...keys, ...args);
+      }
+      const p = this.client.pipeline();
+      if (cached) p.evalsha(evalsha, keys.length, ...keys, ...args);
+      else p.eval(script, keys.length, ...keys, ...args);
+      p.wait(this.#waitReplicas, this.#waitTimeoutMs);
+      const results = await p.exec();
+      if (!results) throw new StoreUnavailableError('the Redis token store aborted a pipeline');
+      const [[err, value], [waitErr, acked]] = results as [[Error | null, unknown], [Error | null, unknown]];
+      if (err) throw err;
+      if (waitErr) throw waitErr;
+      if (Number(acked) < this.#waitReplicas) {
+        throw new StoreUnavailableError(`the write was acknowledged by ${Number(acked)} of ${this.#waitReplicas} Redis replicas in time (it is on the primary)`);
+      }
+      return value;
+    };
+    return this.call(async () => {
+      try {
+        return await run(true);
+      } catch (err) {
+        if (!(err instanceof Error && err.message.startsWith('NOSCRIPT'))) throw err;
+        return run(false);
+      }
+    });
+  }
+
+  /** Every store call: bounded by the deadline (a Cluster may queue a command while it refreshes its slots). */
+  async call<T>(fn: () => Promise<T>): Promise<T> {
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error('the store call timed out')), this.#deadlineMs);
+    });
+    try {
+      return await Promise.race([fn(), deadline]);
+    } catch (err) {
+      throw this.#mapError(err);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  #mapError(err: unknown): Error {
+    if (err instanceof DuplicateTokenError || err instanceof InvalidCursorError || err instanceof StoreUnavailableError) return err;
+    const message = err instanceof Error ? err.message : '';
+    if (err instanceof Error && err.name === 'ReplyError') {
+      const kind = /^[A-Z]+/.exec(message)?.[0] ?? 'ERR';
+      return new StoreUnavailableError(`the Redis token store refused the command (${kind})`, { cause: sanitize(err) });
+    }
+    if (/timed out/i.test(message)) return new StoreUnavailableError('the Redis token store did not answer in time', { cause: sanitize(err) });
+    return new StoreUnavailableError('the Redis token store is unavailable', { cause: sanitize(err) });
+  }
+}

@@ -1,0 +1,72 @@
+/**
+ * Store errors become service errors here, in one place (issue 24 item 5): the ports the request
+ * path uses (the vault, the detokenizer, the audit trail behind them and GET /logs, the
+ * idempotency stage) are wrapped so that every call that fails with
+ *
+ *   - StoreUnavailableError (the store failed: connection, I/O, a timeout) → 503 store_unavailable,
+ *     the store's error kept as the cause (logged by name, never in the problem body);
+ *   - InvalidCursorError (a page cursor the store cannot read) → 400 invalid_cursor;
+ *
+ * and everything else passes as it is: DuplicateTokenError is the vault's to decide (409
+ * token_conflict), a TypeError or RangeError is a bug (500 internal_error). Wiring and tools
+ * (server.ts's timers, the key ring, /readyz, the CLI) keep the store's own errors.
+ * The wrappers look the port's method up at each call, so a port instrumented in place
+ * (metrics/store.ts) is still the one called.
+ */
+import { ServiceError } from '../errors.js';
+import { InvalidCursorError } from './codec.js';
+import type { IdempotencyPort } from './idempotency.js';
+import { StoreUnavailableError, type AuditPort, type DataKeyPort, type Store, type TokenPort } from './types.js';
+
+/** The four ports of a store, as the request path sees them. */
+export type ServicePorts = Pick<Store, 'tokens' | 'audit' | 'dataKeys' | 'idempotency'>;
+
+/** The service error a store failure is answered with; anything else is returned as it is. */
+export function toServiceError(err: unknown): unknown {
+  if (err instanceof StoreUnavailableError) return new ServiceError('store_unavailable', { cause: err });
+  if (err instanceof InvalidCursorError) return new ServiceError('invalid_cursor', { detail: 'Pass the pagination.next value of a previous page as start' });
+  return err;
+}
+
+/**
+ * The name of the store's own error behind `err` (a mapped ServiceError's cause), for log lines
+ * that name what failed as they did before the mapping moved here (http/idempotency.ts).
+ */
+export function storeErrorName(err: unknown): string {
+  const own = err instanceof ServiceError && err.cause !== undefined ? err.cause : err;
+  return own instanceof Error ? own.name : 'unknown';
+}
+
+// Every method of each port (a Record: a method added to a port and not listed here fails to compile).
+const TOKEN_METHODS: Record<keyof TokenPort, true> = { insertMany: true, get: true, getMany: true, update: true, delete: true, list: true, purgeCvc: true };
+const AUDIT_METHODS: Record<keyof AuditPort, true> = { appendAudit: true, listAudit: true, auditRange: true, auditHead: true };
+const DATA_KEY_METHODS: Record<keyof DataKeyPort, true> = { listDataKeys: true, addDataKey: true };
+const IDEMPOTENCY_METHODS: Record<keyof IdempotencyPort, true> = {
+  claimIdempotencyKey: true, completeIdempotencyKey: true, releaseIdempotencyKey: true, purgeIdempotencyKeys: true,
+};
+
+type Method = (...args: unknown[]) => Promise<unknown>;
+
+function mapped<P extends object>(port: P, methods: Record<keyof P, true>): P {
+  const out: Record<string, Method> = {};
+  for (const name of Object.keys(methods)) {
+    out[name] = async (...args: unknown[]) => {
+      try {
+        return await ((port as Record<string, Method>)[name]!).apply(port, args);
+      } catch (err) {
+        throw toServiceError(err);
+      }
+    };
+  }
+  return out as P;
+}
+
+/** The store's ports with their failures mapped to service errors (see above). */
+export function servicePorts(store: ServicePorts): ServicePorts {
+  return {
+    tokens: mapped(store.tokens, TOKEN_METHODS),
+    audit: mapped(store.audit, AUDIT_METHODS),
+    dataKeys: mapped(store.dataKeys, DATA_KEY_METHODS),
+    idempotency: mapped(store.idempotency, IDEMPOTENCY_METHODS),
+  };
+}
