@@ -1,4 +1,4 @@
-import type { AuditAnchorSigner } from '../crypto/audit-anchor.js';
+import type { AuditAnchorSigner } from './audit.js';
 import type { AuditEvent, AuditEventInput, AuditFilter, AuditPageResult, StoredAuditHead } from './audit.js';
 import type { IdempotencyPort } from './idempotency.js';
 

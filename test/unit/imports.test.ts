@@ -114,3 +114,34 @@ t.test('src/config/ imports nothing outside src/config/', async (t) => {
   t.same(visited.sort(), onDisk, 'every src/config/ file was checked');
   t.same(outside, [], outside.join('\n'));
 });
+
+/**
+ * The folders of src/ as one graph: a folder (or a file at the top of src/) imports another when
+ * one of its files does. A cycle here is an arrow that runs back up (issue 25): e.g. the log
+ * importing the vault for Luhn, the pipeline importing the metrics registry, which imports the
+ * pipeline's context. A file-level graph without cycles can still have them.
+ */
+function folderGraph(g: Map<string, string[]>): Map<string, string[]> {
+  const unit = (file: string) => (file.includes('/') ? file.slice(0, file.indexOf('/') + 1) : file);
+  const out = new Map<string, Set<string>>();
+  for (const [file, deps] of g) {
+    const from = unit(file);
+    const set = out.get(from) ?? new Set<string>();
+    for (const d of deps) if (unit(d) !== from) set.add(unit(d));
+    out.set(from, set);
+  }
+  return new Map([...out].map(([k, v]) => [k, [...v].sort()]));
+}
+
+t.test('the folder graph finds an arrow that runs back up', async (t) => {
+  const g = new Map([['log.ts', ['vault/card.ts']], ['vault/card.ts', ['errors.ts']], ['vault/service.ts', ['log.ts']], ['errors.ts', []]]);
+  t.same(cycles(folderGraph(g)), [['log.ts', 'vault/', 'log.ts']]);
+  t.same(cycles(folderGraph(new Map([['vault/a.ts', ['vault/b.ts']], ['vault/b.ts', ['errors.ts']], ['errors.ts', []]]))), []);
+});
+
+t.test('no two folders of src/ import each other, directly or around a circle', async (t) => {
+  const folders = folderGraph(graph());
+  t.ok(folders.size > 15, `the folder graph holds src/'s folders (${folders.size})`);
+  const found = cycles(folders).map((c) => c.join(' → '));
+  t.same(found, [], found.join('\n'));
+});

@@ -4,7 +4,7 @@
  * writer thread (connection.ts).
  */
 import type Database from 'better-sqlite3';
-import type { AuditAnchorSigner } from '../../crypto/audit-anchor.js';
+import type { AuditAnchorSigner } from '../audit.js';
 import {
   chain, decodeEvent, TenantSerialAppender, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditPageResult, type StoredAuditHead,
 } from '../audit.js';

@@ -10,7 +10,7 @@
  * Events are stored field by field (hashes as bytea); a row rebuilds the event the chain hashed.
  */
 import type pg from 'pg';
-import type { AuditAnchorSigner } from '../../crypto/audit-anchor.js';
+import type { AuditAnchorSigner } from '../audit.js';
 import {
   chain, GENESIS_HASH, TenantSerialAppender, type AuditAction, type AuditEvent, type AuditEventInput, type AuditFilter,
   type AuditPageResult, type StoredAuditHead,

@@ -2,7 +2,7 @@
  * The Redis store's audit port (issue 24 item 5): each tenant's events in a list, its chain head
  * (and the head's anchor) in a string, an append a compare-and-set on the head (layout: index.ts).
  */
-import type { AuditAnchorSigner } from '../../crypto/audit-anchor.js';
+import type { AuditAnchorSigner } from '../audit.js';
 import {
   auditMatches, chain, decodeEvent, encodeEvent, TenantSerialAppender,
   type AuditEvent, type AuditEventInput, type AuditFilter, type AuditPageResult, type StoredAuditHead,
