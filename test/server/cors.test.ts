@@ -161,3 +161,42 @@ t.test('config: origins only on public applications, and well-formed', async (t)
     t.same(check((a) => void (a.allowed_origins = [good])), [], `accepted: ${good}`);
   }
 });
+
+t.test('every route of /openapi.json: a preflight is allowed only where a listing public key may call', async (t) => {
+  const svc = await startTestService(t, { config: corsConfig() });
+  const doc = (await (await fetch(`${svc.url}/openapi.json`)).json()) as { paths: Record<string, Record<string, unknown>> };
+  // The public applications of corsConfig hold token:create only.
+  const callable = new Set(['POST /tokenize', 'POST /tokens']);
+  let checked = 0;
+  for (const [template, ops] of Object.entries(doc.paths)) {
+    const path = template.replace(/\{[^}]+\}/g, '0b3f5c1e-2a4d-4e6f-8a9b-1c2d3e4f5a6b');
+    for (const method of Object.keys(ops).map((m) => m.toUpperCase())) {
+      if (!['GET', 'POST', 'PUT', 'PATCH', 'DELETE'].includes(method)) continue;
+      const r = await send(svc.url, 'OPTIONS', path, { origin: SHOP, 'access-control-request-method': method });
+      const allowed = r.headers.get('access-control-allow-origin') === SHOP;
+      t.equal(allowed, callable.has(`${method} ${template}`), `${method} ${template}: ${r.status}`);
+      if (allowed) t.equal(r.status, 204);
+      checked++;
+    }
+  }
+  t.ok(checked >= 20, `every operation of the document was asked for (${checked})`);
+});
+
+t.test('error classes on a real request from a listed origin carry the header', async (t) => {
+  const cfg = corsConfig() as { server: Record<string, unknown> };
+  cfg.server = { ...cfg.server, body_limit_bytes: 4096 };
+  const svc = await startTestService(t, { config: cfg });
+  const h = { origin: SHOP, 'svc-api-key': KEYS.public };
+  const cases: Array<[string, Promise<Awaited<ReturnType<typeof send>>>, number]> = [
+    ['validation_failed', send(svc.url, 'POST', '/tokens', h, { type: 'card', data: { number: '1' } }), 400],
+    ['invalid_json', fetch(`${svc.url}/tokenize`, { method: 'POST', headers: { ...h, 'content-type': 'application/json' }, body: '{' }).then(async (r) => ({ status: r.status, headers: r.headers, text: '', json: (await r.json()) as Record<string, unknown> })), 400],
+    ['unsupported_media_type', fetch(`${svc.url}/tokenize`, { method: 'POST', headers: { ...h, 'content-type': 'text/plain' }, body: 'x' }).then(async (r) => ({ status: r.status, headers: r.headers, text: '', json: (await r.json()) as Record<string, unknown> })), 415],
+    ['body_too_large', send(svc.url, 'POST', '/tokenize', h, { a: 'x'.repeat(5000) }), 413],
+    ['missing_api_key', send(svc.url, 'POST', '/tokenize', { origin: SHOP }, { a: 'x' }), 401],
+  ];
+  for (const [code, pending, status] of cases) {
+    const r = await pending;
+    t.equal(r.status, status, `${code}: ${status}`);
+    t.equal(r.headers.get('access-control-allow-origin'), SHOP, `${code}: readable by the page`);
+  }
+});
