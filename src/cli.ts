@@ -96,7 +96,7 @@ async function start(config: LoadedConfig, notices: StartupNotice[]): Promise<nu
   if (!worker) for (const n of notices) log.warn(n.fields, n.msg);
   let service: Awaited<ReturnType<typeof startService>> | undefined;
   let stopping = false;
-  // Live reload (README "Reload", issue 31): a reload request is never lost. SIGHUP has been
+  // Live reload (docs/operations.md "Reload", issue 31): a reload request is never lost. SIGHUP has been
   // counted since main.ts's first instruction; one that arrived while the service was starting
   // (it may have read the file before it changed) makes a reload right after start. A single
   // process counts the signals as its generation and writes the outcome to the status file

@@ -1,6 +1,6 @@
 /**
  * The error catalogue: every error the service can answer with, by stable code.
- * Codes are append-only (clients key on them); the README's table is checked against this
+ * Codes are append-only (clients key on them); docs/api.md's "Errors" table is checked against this
  * object by test/unit/docs.test.ts.
  */
 export const catalogue = {
@@ -47,7 +47,7 @@ export const catalogue = {
   destination_timeout: { status: 504, title: 'The destination did not answer in time' },
   destination_response_untransformable: { status: 502, title: 'The destination response cannot be transformed' },
   unsupported_transfer_encoding: { status: 501, title: 'The request transfer coding is not supported' },
-  // detokenization (README "Detokenization")
+  // detokenization (docs/detokenization.md "Detokenization")
   invalid_expression: { status: 400, title: 'A detokenization expression is invalid' },
   unknown_filter: { status: 400, title: 'A detokenization expression uses an unknown filter' },
   too_many_expressions: { status: 400, title: 'Too many detokenization expressions in one request' },

@@ -1,7 +1,7 @@
 /**
- * POST /detokenize (README "Detokenization"): any JSON body with expressions in, the same body
+ * POST /detokenize (docs/detokenization.md "Detokenization"): any JSON body with expressions in, the same body
  * with values out, for keys with token:read; and GET /logs, the audit trail, for management keys
- * with log:read (README "Audit trail").
+ * with log:read (docs/detokenization.md "Audit trail").
  */
 import { ExpressionScan } from '../detokenize/expressions.js';
 import { stringifyInTurns } from '../detokenize/serialize.js';

@@ -1,5 +1,5 @@
 /**
- * `ANY /proxy/<suffix>?<query>` (README "Inbound proxy" and "Outbound proxy"). The pipeline
+ * `ANY /proxy/<suffix>?<query>` (docs/proxy.md, and docs/detokenization.md "Outbound proxy"). The pipeline
  * authenticates SVC-PROXY-KEY (and, with require_auth, SVC-API-KEY with proxy:invoke), or for the
  * outbound proxy (SVC-PROXY-URL, no proxy key) SVC-API-KEY of a private key with proxy:invoke, and counts the proxy
  * rate limit before this handler runs; errors of tokenproxy itself are wrapped as

@@ -1,5 +1,5 @@
 /**
- * POST /reactors/{id}/react (README "Reactors"): `{"args": …}` in, `{"raw": …, "tokens": …}` out. The
+ * POST /reactors/{id}/react (docs/reactors.md): `{"args": …}` in, `{"raw": …, "tokens": …}` out. The
  * reactor runs in the reactor host (never in this process); what it returns under `tokenize`
  * goes through the same all-or-nothing tokenize as POST /tokenize, as the caller.
  */
@@ -72,7 +72,7 @@ function isObject(v: unknown): v is Record<string, unknown> {
 }
 
 /**
- * Expressions in `args` are detokenized before the reactor runs (README "Detokenization"): the
+ * Expressions in `args` are detokenized before the reactor runs (docs/detokenization.md "Detokenization"): the
  * caller needs token:use on every token named, and without reveal only the filters that tell
  * nothing of the value (issue 23); the reactor's answer is not scanned.
  */

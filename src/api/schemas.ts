@@ -15,7 +15,7 @@ export const Problem = z
     title: z.string(),
     status: z.number().int(),
     detail: z.string(),
-    code: z.enum(codes).describe('The stable error code (README "Errors")'),
+    code: z.enum(codes).describe('The stable error code (docs/api.md#errors)'),
     errors: z.record(z.string(), z.array(z.string())).optional().describe('Messages by field path, e.g. primary_card.data.number'),
     error_id: z.string().optional().describe('Names the service log line that holds what this answer leaves out (a reactor error withheld from the caller)'),
   })

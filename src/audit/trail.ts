@@ -1,5 +1,5 @@
 /**
- * The audit trail (README "Audit trail"), one module for its three uses: appending (the vault
+ * The audit trail (docs/detokenization.md "Audit trail"), one module for its three uses: appending (the vault
  * and the detokenizer call it themselves for every reveal and use), listing (GET /logs) and
  * verifying (`tokenproxy verify-audit`). Every append goes through
  * here, anchored (crypto/audit-anchor.ts), and each new chain head is logged at info (`audit chain head`,

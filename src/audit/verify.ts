@@ -1,5 +1,5 @@
 /**
- * `tokenproxy verify-audit --tenant <id>` (README "Audit trail"): walks a tenant's audit events
+ * `tokenproxy verify-audit --tenant <id>` (docs/detokenization.md "Audit trail"): walks a tenant's audit events
  * in the configured store, oldest first, and checks the chain, the head, the head's anchor under
  * the master key (crypto/audit-anchor.ts, issue 23) and, with `--expect-head`, that the trail still
  * passes through a head the operator kept. It reads: a store, a tenant or a head that is missing

@@ -4,7 +4,7 @@
  * reactors' `tokenize` all reach tokens through vault/service.ts, which asks this module and no
  * one else; a new route that goes through the service cannot forget a rule.
  *
- * The rules (README "Keys, permissions and containers"):
+ * The rules (docs/concepts.md "Keys, permissions and containers"):
  * - Access rules are checked in ascending priority; the first whose container is a prefix of the
  *   token's container decides; none decides → denied. An application without rules holds its
  *   plain permissions on every container, with `mask`.

@@ -19,7 +19,7 @@ import { configSchema, PUBLIC_PERMISSIONS, TYPE_ONLY_PERMISSIONS, type Config } 
 export { MAX_CODE_LENGTH };
 
 export const DEFAULT_CONFIG_PATH = 'config/tokenproxy.yaml';
-/** The PostgreSQL store's password, when set (issue 24; README "PostgreSQL store"). */
+/** The PostgreSQL store's password, when set (issue 24; docs/storage.md "PostgreSQL store"). */
 export const STORE_PASSWORD_ENV = 'TOKENPROXY_STORE_PASSWORD';
 
 export class ConfigError extends Error {

@@ -114,7 +114,7 @@ const responseTransform = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('append_header'), name: z.string().min(1), value: z.string() }),
 ]);
 
-/** An origin a tenant may send detokenized data to (README "Outbound proxy"). */
+/** An origin a tenant may send detokenized data to (docs/detokenization.md "Outbound proxy"). */
 const allowedDestination = z.union([
   z.string(),
   z.strictObject({
@@ -255,12 +255,12 @@ export const configSchema = z.strictObject({
       url: z.string().optional(),
       ...redisTopology,
       key_prefix: z.string().default('tp:'),
-      /** After each write, WAIT for this many replicas (0: do not wait; README "Redis"). */
+      /** After each write, WAIT for this many replicas (0: do not wait; docs/storage.md "Storage and durability"). */
       wait_replicas: z.number().int().min(0).max(16).default(0),
       wait_timeout_ms: z.number().int().min(1).max(60_000).default(500),
       /** PostgreSQL: connections per process (src/store/postgres/pool.ts). */
       pool_size: z.number().int().min(1).max(1000).default(10),
-      /** The cvc is purged after a retention window (README "Token definitions"). */
+      /** The cvc is purged after a retention window (docs/api.md "Token definitions"). */
       cvc_retention_seconds: z.number().int().min(0).default(3600),
       /**
        * How often a running instance reloads the data keys from the store, to pick up a key that
@@ -296,7 +296,7 @@ export const configSchema = z.strictObject({
       timeout_ms: z.number().int().min(1).default(200),
     })
     .prefault({}),
-  /** GET /metrics (README "Metrics"): not rate limited, not API-key authenticated. */
+  /** GET /metrics (docs/operations.md "Metrics"): not rate limited, not API-key authenticated. */
   metrics: z
     .strictObject({
       enabled: z.boolean().default(true),

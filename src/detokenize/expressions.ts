@@ -1,5 +1,5 @@
 /**
- * Detokenization expressions (README "Detokenization"): the one parser every caller uses
+ * Detokenization expressions (docs/detokenization.md "Detokenization"): the one parser every caller uses
  * (POST /detokenize, the outbound proxy, the proxies' `detokenize` transform, reactor args).
  * Pure: no I/O, no store, no permissions; the caller resolves the ids (detokenize/service.ts).
  *
@@ -172,7 +172,7 @@ function parseAt(s: string, start: number): { expr: Expression; end: number } | 
     while (j < limit && isNameChar(s.charCodeAt(j))) j++;
     const name = s.slice(nameStart, j);
     if (name !== 'json' && !isFilter(name)) {
-      throw new ServiceError('unknown_filter', { detail: 'An expression uses an unknown filter; use json or a filter token masks allow (README "Detokenization")' });
+      throw new ServiceError('unknown_filter', { detail: 'An expression uses an unknown filter; use json or a filter token masks allow (docs/detokenization.md#detokenization)' });
     }
     j = skipWs(s, j);
     const args: Array<string | number> = [];

@@ -1,5 +1,5 @@
 /**
- * Detokenization (README "Detokenization"): resolves the token ids that expressions name
+ * Detokenization (docs/detokenization.md "Detokenization"): resolves the token ids that expressions name
  * (detokenize/expressions.ts) into the tokens a caller may see, checks every permission before
  * anything is decrypted, and appends the audit event before it returns anything.
  *

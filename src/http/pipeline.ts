@@ -35,7 +35,7 @@ export interface PipelineOptions {
   rateLimits?: RateLimitGate;
   /** Bounds of the lingering close after an early answer (linger.ts). */
   linger: LingerOptions;
-  /** Request durations by route pattern (README "Metrics"); absent when metrics are off. */
+  /** Request durations by route pattern (docs/operations.md "Metrics"); absent when metrics are off. */
   metrics?: RequestMetrics;
   /** Which page origins may read answers (public applications' allowed_origins, cors.ts). */
   cors?: CorsPolicy;
@@ -272,12 +272,12 @@ function identify(
 }
 
 /**
- * SVC-PROXY-KEY from the header or the `svc-proxy-key` query parameter (README "Inbound proxy"). With the
+ * SVC-PROXY-KEY from the header or the `svc-proxy-key` query parameter (docs/proxy.md). With the
  * proxy's require_auth, the caller must also hold an API key with proxy:invoke in the same tenant.
  */
 function authenticateProxy(opts: PipelineOptions, ctx: Context, outbound: boolean): void {
   const key = headerValue(ctx.req.headers['svc-proxy-key']) ?? proxyKeyParam(ctx.url);
-  // The outbound proxy (README "Outbound proxy"): SVC-PROXY-URL and no proxy key.
+  // The outbound proxy (docs/detokenization.md "Outbound proxy"): SVC-PROXY-URL and no proxy key.
   if (outbound && ctx.req.headers['svc-proxy-url'] !== undefined) {
     if (key) throw new ServiceError('invalid_proxy_url', { detail: 'Send either SVC-PROXY-KEY (a pre-configured proxy) or SVC-PROXY-URL (the outbound proxy), not both' });
     authenticate(opts, ctx, { permission: 'proxy:invoke', kinds: ['private'] });

@@ -1,5 +1,5 @@
 /**
- * GET /metrics (README "Metrics"): the Prometheus text exposition format of the service's registry.
+ * GET /metrics (docs/operations.md "Metrics"): the Prometheus text exposition format of the service's registry.
  * Not rate limited and not API-key authenticated (a scraper holds no tenant key); protected by an
  * optional bearer token (`metrics.token`, compared in constant time) and/or served only on the
  * admin listener (`server.admin`, or its older spelling `metrics.port`), loopback by default.

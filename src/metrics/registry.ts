@@ -1,5 +1,5 @@
 /**
- * The service's Prometheus metrics (README "Metrics"): one registry per running service, so
+ * The service's Prometheus metrics (docs/operations.md "Metrics"): one registry per running service, so
  * several services in one process (the tests) never collide in prom-client's global registry.
  *
  * Labels are bounded sets the config or the code defines: route patterns (never the raw path),
@@ -134,7 +134,7 @@ export class ServiceMetrics implements RequestMetrics, ReactorMetrics, VaultMetr
     };
   }
 
-  /** The text exposition format (README "Metrics"). */
+  /** The text exposition format (docs/operations.md "Metrics"). */
   render(): Promise<string> {
     return this.registry.metrics();
   }

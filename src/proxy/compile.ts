@@ -45,7 +45,7 @@ export interface CompiledProxy {
   principal: Principal;
   /** The body must be read before forwarding (a request transform, or the leak guard blocks). */
   buffered: boolean;
-  /** Has a `detokenize` request transform (README "Outbound proxy"). */
+  /** Has a `detokenize` request transform (docs/detokenization.md "Outbound proxy"). */
   detokenizes: boolean;
 }
 
@@ -76,7 +76,7 @@ export function checkProxy(p: ProxyConfig, at: string): string[] {
       } catch (err) {
         problems.push(`${at}.request_transforms[${i}].fields[${fi}].pointer: not a valid JSON pointer (${(err as Error).message})`);
       }
-      // The same rule as for any token's expressions (README "Token definitions"): each must
+      // The same rule as for any token's expressions (docs/api.md "Token definitions"): each must
       // depend on data; a constant here would pass start-up and then fail every request.
       const exprs: Array<[string, string | undefined]> = [
         ['fingerprint_expression', f.token.fingerprint_expression],

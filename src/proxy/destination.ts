@@ -1,5 +1,5 @@
 /**
- * Where a proxied request goes (README "Inbound proxy"): `destination_url` (trailing `/` trimmed) + suffix +
+ * Where a proxied request goes (docs/proxy.md): `destination_url` (trailing `/` trimmed) + suffix +
  * `?query`. The destination's origin is fixed at start-up and the request is sent to that origin
  * with only a path, so no suffix can change the host. The suffix is also kept below the base
  * path: dot segments (raw or percent-encoded, however often, with or without `;` path parameters,

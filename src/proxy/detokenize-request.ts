@@ -1,5 +1,5 @@
 /**
- * Detokenizing a request on its way out (README "Outbound proxy", and the `detokenize` request
+ * Detokenizing a request on its way out (docs/detokenization.md "Outbound proxy", and the `detokenize` request
  * transform of a pre-configured proxy): the expressions in the body (JSON, form or text), in
  * header values and in the query are collected first, resolved in ONE all-or-nothing call (which
  * checks `token:use` and writes the audit event), and only then substituted. A failure anywhere

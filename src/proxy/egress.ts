@@ -1,5 +1,5 @@
 /**
- * Egress control for the outbound proxy (README "Outbound proxy"): where a tenant may send
+ * Egress control for the outbound proxy (docs/detokenization.md "Outbound proxy"): where a tenant may send
  * detokenized data, and the one connection that carries it.
  *
  * - `outbound.allowed_destinations` lists origins (`https://api.example.com`, `https://*.stripe.com`,

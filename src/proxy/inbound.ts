@@ -6,7 +6,7 @@
  *  - transformed: the body is read (bounded), the request transforms run, the leak guard checks
  *    the outgoing bytes, every token prepared by the transforms is written in one batch, and the
  *    result is forwarded; a 2xx response is collected (bounded) for the response transforms.
- * Both forward with undici over a keep-alive pool per proxy (the answer goes back through forward.ts) (see README "Inbound proxy" for why
+ * Both forward with undici over a keep-alive pool per proxy (the answer goes back through forward.ts) (see docs/proxy.md for why
  * undici rather than http-proxy carries plain HTTP).
  */
 import { Transform, Writable, type Duplex, type Readable } from 'node:stream';
@@ -47,7 +47,7 @@ export interface InboundProxyOptions {
   log: Logger;
   /** Whether a socket peer is listed in server.trust_proxy (its X-Forwarded-* chain is kept). */
   trustedPeer: (address: string) => boolean;
-  /** Destination latency and errors, leak-guard findings, per proxy (README "Metrics"). */
+  /** Destination latency and errors, leak-guard findings, per proxy (docs/operations.md "Metrics"). */
   metrics?: { proxy(tenant: string, proxy: string): ProxyMetrics } | undefined;
   /** Resolves tokens for a `detokenize` request transform (token:use, audit). */
   detokenizer?: UseResolver;

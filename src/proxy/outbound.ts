@@ -1,5 +1,5 @@
 /**
- * The outbound proxy (README "Outbound proxy"): `ANY /proxy[/<suffix>]` with `SVC-PROXY-URL` and
+ * The outbound proxy (docs/detokenization.md "Outbound proxy"): `ANY /proxy[/<suffix>]` with `SVC-PROXY-URL` and
  * an `SVC-API-KEY` of a private key with `proxy:invoke` (the pipeline checked the key and the rate
  * limit). In order, so that a refusal sends nothing anywhere:
  *  1. the destination is checked against the tenant's allow-list and its host resolved once, every

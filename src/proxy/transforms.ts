@@ -1,5 +1,5 @@
 /**
- * Running a proxy's transforms (README "Inbound proxy"): request transforms in list
+ * Running a proxy's transforms (docs/proxy.md): request transforms in list
  * order before forwarding, response transforms in list order on a 2xx. Tokenize steps only
  * prepare their tokens; the proxy commits every prepared token of a request in one write after
  * the last request transform, so a request that fails anywhere creates no token.

@@ -1,5 +1,5 @@
 /**
- * Protocol upgrades (WebSocket) through a proxy, with http-proxy: what it does best (README "Inbound proxy";
+ * Protocol upgrades (WebSocket) through a proxy, with http-proxy: what it does best (docs/proxy.md;
  * plain HTTP goes through undici, see service.ts). The caller is authenticated and rate-limited by
  * the pipeline's upgrade handler exactly as for plain requests; here the destination path is
  * checked (the same escape rules), SVC-* headers are removed, X-Forwarded-* set, and the socket

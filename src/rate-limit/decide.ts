@@ -1,6 +1,6 @@
 /**
  * From what each matching rule's counter said to one answer (pure): every rule counted the
- * request; the strictest decides (README "Rate limits").
+ * request; the strictest decides (docs/rate-limits.md).
  *
  * - Any rule over its limit → 429 rate_limited, Retry-After = the longest wait among them
  *   (seconds, rounded up, at least 1), RateLimit-* of that rule.

@@ -7,7 +7,7 @@
  *   // set `headers` on the response; a 429 / 503 is thrown as a ServiceError carrying its headers
  *
  * Every rule of `rules.ts` that matches the request counts it (one point each); the strictest
- * decides (README "Rate limits"): any rule over its limit → 429 with the longest wait; otherwise
+ * decides (docs/rate-limits.md): any rule over its limit → 429 with the longest wait; otherwise
  * the RateLimit-* headers describe the rule with the fewest points left.
  *
  * Stores: rate-limiter-flexible's RateLimiterMemory (one instance; RateLimiterCluster in the

@@ -4,10 +4,10 @@
  * A rule is a definition (name, counter, which requests it applies to) plus limits per tier
  * (points, window, mitigation). Nothing here branches on a rule name: the limiter walks the list,
  * asks `ruleMatches` and counts the request on every rule that matches; the strictest decides
- * (README "Rate limits").
+ * (docs/rate-limits.md).
  *
  * This module is pure (no I/O, no rate-limiter-flexible): it is what the config validator, the
- * README and the table tests read.
+ * "Rules" table of docs/rate-limits.md and its test read.
  */
 import type { RateRuleOverride } from '../config/schema.js';
 

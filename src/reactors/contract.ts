@@ -1,5 +1,5 @@
 /**
- * The reactor contract's shapes (README "Reactors" and the inbound proxy's code transform contract) and the
+ * The reactor contract's shapes (docs/reactors.md and the inbound proxy's code transform contract) and the
  * checks on what user code hands back. Pure: no I/O, no isolated-vm.
  */
 import { ServiceError } from '../errors.js';

@@ -7,7 +7,7 @@ import { ServiceError, type ErrorCode } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { CallFailure } from './protocol.js';
 
-/** A thrown object with one of these `status` values passes that status through (README "Reactors"). */
+/** A thrown object with one of these `status` values passes that status through (docs/reactors.md). */
 export const PASS_THROUGH_STATUSES: ReadonlySet<number> = new Set([400, 401, 402, 403, 429, 503]);
 
 /** What the mapping needs to know about the reactor (never its args). */

@@ -57,7 +57,7 @@ export interface ReactorRuntimeOptions {
    * keep failing everyone's calls in flight. Defaults: 3 strikes in 10 minutes → 5 minutes.
    */
   suspension?: { strikes: number; windowMs: number; suspendMs: number };
-  /** Counts calls by outcome and host restarts (README "Metrics"). */
+  /** Counts calls by outcome and host restarts (docs/operations.md "Metrics"). */
   metrics?: ReactorMetrics;
 }
 

@@ -1,5 +1,5 @@
 /**
- * The audit trail's chain (README "Audit trail"), shared by both stores and the verifier.
+ * The audit trail's chain (docs/detokenization.md "Audit trail"), shared by both stores and the verifier.
  *
  * Every reveal and every use of a token appends one event per tenant: time, application, action,
  * token ids, destination origin, request id — never a value. Events of a tenant are numbered from

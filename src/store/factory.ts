@@ -1,6 +1,6 @@
 /**
  * Builds the token store the config names. A relative embedded `store.path` is resolved against
- * the working directory (README "Configuration"), by the service and by every CLI command alike:
+ * the working directory (docs/configuration.md), by the service and by every CLI command alike:
  * both go through resolveStorePath.
  */
 import { existsSync } from 'node:fs';

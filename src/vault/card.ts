@@ -1,5 +1,5 @@
 /**
- * Card data validation (README "Token definitions"): number of 13–19 digits passing Luhn; expiration_month an
+ * Card data validation (docs/api.md "Token definitions"): number of 13–19 digits passing Luhn; expiration_month an
  * integer 1–12; expiration_year a four-digit integer; cvc a string of 3–4 digits. An expired
  * card is still accepted. Messages never quote the value.
  */

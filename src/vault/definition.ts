@@ -12,7 +12,7 @@ import { checkDataExpression, ExpressionError, MAX_EXPRESSION_LENGTH } from './e
 export type TokenType = 'token' | 'card';
 export const TOKEN_TYPES: readonly TokenType[] = ['token', 'card'];
 
-/** The default container by type (README "Token definitions"). */
+/** The default container by type (docs/api.md "Token definitions"). */
 export const DEFAULT_CONTAINER: Record<TokenType, string> = { token: '/general/high/', card: '/pci/high/' };
 /** spec: a card's fingerprint expression when none is supplied. */
 export const CARD_FINGERPRINT = '{{ data.number }}';

@@ -1,5 +1,5 @@
 /**
- * Expressions (README "Token definitions"): Liquid-style `{{ data.number | reveal_last: 4 }}` over a token's data,
+ * Expressions (docs/api.md "Token definitions"): Liquid-style `{{ data.number | reveal_last: 4 }}` over a token's data,
  * for fingerprints, search indexes and masks. Only output blocks are allowed (no `{% %}` tags),
  * templates are compiled once and cached, and liquidjs' parse/render/memory limits bound the work
  * a hostile expression can ask for. Custom filters are registered here and nowhere else.
@@ -11,7 +11,7 @@
 import { Liquid, type Template } from 'liquidjs';
 
 export const MAX_EXPRESSION_LENGTH = 1000;
-/** The most a token expression may yield, in UTF-8 bytes (README: 4 KB). */
+/** The most a token expression may yield, in UTF-8 bytes (docs/api.md "Token definitions": 4 KB). */
 export const MAX_EXPRESSION_OUTPUT_BYTES = 4096;
 const CACHE_LIMIT = 1000;
 

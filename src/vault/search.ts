@@ -1,5 +1,5 @@
 /**
- * The search query language (README "The token API"): whitespace-separated `field:value` terms, all of which
+ * The search query language (docs/api.md "The token API"): whitespace-separated `field:value` terms, all of which
  * must match. Values may be double-quoted to hold spaces. Fields: `data` (an evaluated search
  * index, exact), `type`, `fingerprint`, `container` (prefix), `id`, `metadata.<key>`.
  */

@@ -54,7 +54,7 @@ export interface TokenServiceOptions {
   now?: () => number;
   /** Where a mask that fails at read time is reported when the caller passes no request logger. */
   log?: Logger;
-  /** Counts reveals (README "Metrics"). */
+  /** Counts reveals (docs/operations.md "Metrics"). */
   metrics?: VaultMetrics;
   /**
    * Where every reveal is recorded (issue 23, "audit in the domain"): each read, list, search or
@@ -384,7 +384,7 @@ export class TokenService {
 
   /**
    * One `token.reveal` event for the tokens an answer reveals, appended before the answer leaves
-   * (README "Audit trail"): if it cannot be written, the request fails with 503 and nothing is
+   * (docs/detokenization.md "Audit trail"): if it cannot be written, the request fails with 503 and nothing is
    * shown.
    */
   private async audit(p: Principal, reveals: Reveals, req: ReadRequest): Promise<void> {
