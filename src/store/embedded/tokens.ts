@@ -39,6 +39,9 @@ const LIST_CONDITIONS: ReadonlyArray<[keyof TokenFilter | 'after', string]> = [
   ['ids', 'id IN (SELECT value FROM json_each(@ids))'],
 ];
 
+/** An encoded batch this long (about 1 MB) is posted to the writer on the next turn. */
+const LARGE_FRAME = 1 << 20;
+
 export class EmbeddedTokens implements TokenPort {
   readonly #c: EmbeddedConnection;
   readonly #listStatements = new Map<number, Database.Statement<[Params], Row>>();
@@ -67,13 +70,16 @@ export class EmbeddedTokens implements TokenPort {
     } catch (err) {
       return Promise.reject(err);
     }
-    return this.#c.writeFrame(frame, (v) => {
+    const write = () => this.#c.writeFrame(frame, (v) => {
       const now = Date.now();
       return records.map((_, i) => {
         const hit = Array.isArray(v) ? (v[i] as Row | null | undefined) : null;
         return hit ? this.#decode(hit, now) : null;
       });
     });
+    // A large batch took tens of milliseconds to encode, and posting it to the writer copies it:
+    // other requests run between the two (event-loop.test).
+    return frame.length > LARGE_FRAME ? new Promise<void>((resolve) => setImmediate(resolve)).then(write) : write();
   }
 
   async get(tenantId: string, id: string): Promise<StoredToken | null> {
