@@ -21,6 +21,7 @@
  */
 import pg from 'pg';
 import { RateLimiterPostgres, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import { errorCode } from '../store/postgres/pool.js';
 import type { Store } from '../store/types.js';
 
 /** The schema of the token store's tables (src/store/postgres/schema.ts creates it at connect). */
@@ -36,20 +37,6 @@ type Limiter = Pick<RateLimiterAbstract, 'consume'>;
  */
 export function postgresPoolOf(store: Store): pg.Pool | undefined {
   return store.kind === 'postgres' && 'pool' in store && store.pool instanceof pg.Pool ? store.pool : undefined;
-}
-
-/** The SQLSTATE, or the socket's errno code, or a short name of what failed; never pg's message. */
-function failureCode(err: unknown): string {
-  if (err && typeof err === 'object') {
-    const code = (err as { code?: unknown }).code;
-    if (typeof code === 'string' && /^[A-Z0-9_]{1,32}$/.test(code)) return code;
-    const message = (err as { message?: unknown }).message;
-    if (typeof message === 'string') {
-      if (/timeout/i.test(message)) return 'timeout';
-      if (/terminated|ended|closed|not queryable|after calling end/i.test(message)) return 'connection_closed';
-    }
-  }
-  return 'error';
 }
 
 export class PostgresCounters {
@@ -91,7 +78,7 @@ export class PostgresCounters {
             this.#created = true;
             return;
           }
-          throw new Error(`PostgreSQL ${failureCode(err)} (creating the rate-limit table)`);
+          throw new Error(`PostgreSQL ${errorCode(err)} (creating the rate-limit table)`);
         },
       );
     return this.#creating;
@@ -111,7 +98,7 @@ export class PostgresCounters {
     return {
       consume: (key, points) =>
         inner.consume(key, points).catch((e: unknown) => {
-          throw e instanceof RateLimiterRes ? e : new Error(`PostgreSQL ${failureCode(e)}`);
+          throw e instanceof RateLimiterRes ? e : new Error(`PostgreSQL ${errorCode(e)}`);
         }),
     };
   }

@@ -76,7 +76,7 @@ export function createPool(opts: PostgresPoolOptions): pg.Pool {
   return pool;
 }
 
-/** The SQLSTATE of a server error, or the socket's errno code, or a short name of what failed. */
+/** The SQLSTATE of a server error, or the socket's errno code, or a short name of what failed; never pg's message (it can quote values). Also the rate limits' (rate-limit/postgres.ts). */
 export function errorCode(err: unknown): string {
   if (err && typeof err === 'object') {
     const code = (err as { code?: unknown }).code;
@@ -84,7 +84,7 @@ export function errorCode(err: unknown): string {
     const message = (err as { message?: unknown }).message;
     if (typeof message === 'string') {
       if (/timeout/i.test(message)) return 'timeout';
-      if (/terminated|ended|closed|not queryable/i.test(message)) return 'connection_closed';
+      if (/terminated|ended|closed|not queryable|after calling end/i.test(message)) return 'connection_closed';
     }
   }
   return 'error';
