@@ -62,7 +62,7 @@ export class HostProcess {
       stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
     });
     const host = new HostProcess(child, opts.log);
-    host.wire(opts);
+    host.wire();
     return new Promise<HostProcess>((resolve, reject) => {
       const timer = setTimeout(() => {
         host.kill();
@@ -87,7 +87,7 @@ export class HostProcess {
 
   private onReady: () => void = () => undefined;
 
-  private wire(opts: SpawnOptions): void {
+  private wire(): void {
     const { child } = this;
     child.on('message', (raw: unknown) => this.onMessage(raw));
     child.on('error', (err) => this.log.error({ err: err.message }, 'reactor host process error'));
