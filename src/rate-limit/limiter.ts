@@ -295,8 +295,15 @@ export class RateLimitService {
    * Resolves once the store can count (PostgreSQL: the counters' table exists) or that failed (a
    * check tries again then); never rejects. startService waits for it before it listens.
    */
-  async ready(): Promise<void> {
+  async ready(redisWaitMs = 0): Promise<void> {
     await this.postgres?.ensureTable().catch(() => undefined);
+    // A caller that wants its first check counted, not refused while the client still connects
+    // (tests on a loaded machine), waits for the Redis client's first connection, bounded.
+    if (redisWaitMs > 0 && this.firstReady && !this.everReady) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([this.firstReady, new Promise<void>((resolve) => (timer = setTimeout(resolve, redisWaitMs)))]);
+      clearTimeout(timer);
+    }
   }
 
   stats(): RateLimitStats {

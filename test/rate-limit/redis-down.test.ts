@@ -47,6 +47,9 @@ if (redis) {
     const tenant = tenantWith({ private_key: { points: 3, duration_seconds: 1 } });
     const s = (key: string): Subject => ({ tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: key, keyKind: 'private' });
 
+    // The clients' first connection may take longer than one check's 200 ms on a loaded machine:
+    // wait for it, so the checks before the kill are served (the test is about what comes after).
+    await Promise.all([rejecting.ready(10_000), allowing.ready(10_000)]);
     await rejecting.check(s('r'));
     await allowing.check(s('a'));
 
@@ -121,6 +124,7 @@ if (redis) {
     t.teardown(() => allowing.close());
     const tenant = tenantWith({ private_key: { points: 100, duration_seconds: 10 } });
     const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
+    await Promise.all([rejecting.ready(10_000), allowing.ready(10_000)]);
     await rejecting.check(s);
     await allowing.check(s);
 
