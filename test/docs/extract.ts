@@ -12,6 +12,9 @@
  * - `<!-- docs-test: skip REASON -->` on the line before a block: not run (counted and printed).
  * - `<!-- docs-test: upstream -->` on the line before a ```text block: not the command's output
  *   but what the sample upstream (scripts/echo-upstream.mjs) printed while the last example ran.
+ * - `<!-- docs-test: needs redis -->` or `needs postgres` on the line before a block: it runs
+ *   against a Redis or a PostgreSQL database the test starts; `redis://127.0.0.1:6379` and
+ *   `postgres://postgres@127.0.0.1:5432/tokenproxy` in it name them.
  */
 
 export interface Example {
@@ -25,6 +28,8 @@ export interface Example {
   expected?: { text: string; json: boolean };
   /** What the sample upstream prints while the command runs, when the document shows it. */
   upstream?: string;
+  /** A server the block needs besides the service (`needs redis`, `needs postgres`). */
+  needs?: 'redis' | 'postgres';
 }
 
 interface Fence {
@@ -69,6 +74,7 @@ export function examples(file: string, md: string): Example[] {
     if (f.info !== 'sh' && f.info !== 'bash') continue;
     const ex: Example = { file, line: f.line, code: f.body };
     if (f.marker?.startsWith('skip')) ex.skip = f.marker.slice(4).trim() || 'no reason given';
+    if (f.marker === 'needs redis' || f.marker === 'needs postgres') ex.needs = f.marker.slice(6) as 'redis' | 'postgres';
     // The output blocks that follow: the command's, then the upstream's (either may be absent).
     for (let n = k + 1; n < fs.length && n <= k + 2; n++) {
       const o = fs[n]!;
