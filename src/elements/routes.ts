@@ -106,14 +106,15 @@ export function elementsRoutes(keys: KeyIndex, cors: CorsPolicy): Route[] {
       query: frameQuery,
       responses: {
         200: { description: 'The frame document, with frame-ancestors set to the key\'s allowed origins', contentType: 'text/html', body: z.string() },
-        403: problem('The key is not a public key whose application lists the parent origin (origin_not_allowed)'),
+        403: problem('The key is not a known public key whose application lists the parent origin (origin_not_allowed)'),
       },
     },
     handle: async (ctx) => {
       const q = ctx.query as z.infer<typeof frameQuery>;
       const principal = keys.findApiKey(q.key);
       const origins = principal && principal.app.type === 'public' ? cors.originsOf(principal.app) : undefined;
-      if (!principal) throw new ServiceError('invalid_api_key');
+      // One answer for an unknown key, a key of another kind and an unlisted origin: this route is
+      // not rate limited, so it must not tell which keys exist.
       if (!origins || !origins.has(q.parent)) {
         throw new ServiceError('origin_not_allowed', { detail: "The key's application does not list the parent page's origin in allowed_origins (public applications only)" });
       }

@@ -225,7 +225,9 @@ t.test('frame and script headers over HTTP', async (t) => {
   const priv = await fetch(`${svc.url}/elements/v1/frame/card?${q('https://shop.example', KEYS.private)}`);
   t.equal(priv.status, 403, 'a private key gets no frame');
   const bad = await fetch(`${svc.url}/elements/v1/frame/card?${q('https://shop.example', 'no-such-key-xxxxxxxxxxxx')}`);
-  t.equal(bad.status, 401, 'an unknown key gets no frame');
+  t.equal(bad.status, 403, 'an unknown key gets no frame');
+  t.equal(bad.headers.get('content-type'), priv.headers.get('content-type'));
+  t.same(await bad.json(), await priv.json(), 'and the same answer as a private key: the route does not tell which keys exist');
 
   const js = await fetch(`${svc.url}/elements/v1/elements.js`);
   t.equal(js.status, 200);
