@@ -64,24 +64,39 @@ export class PostgresCounters {
    */
   ensureTable(): Promise<void> {
     if (this.#created) return Promise.resolve();
-    this.#creating ??= this.#pool
-      .query(`CREATE UNLOGGED TABLE IF NOT EXISTS ${SCHEMA}.${this.#table} (key text PRIMARY KEY, points integer NOT NULL DEFAULT 0, expire bigint) WITH (fillfactor = 80)`)
-      .then(
-        () => {
-          this.#created = true;
-        },
-        (err: unknown) => {
-          this.#creating = undefined;
-          // Instances starting at once: CREATE … IF NOT EXISTS can still collide on the catalog's
-          // unique index (23505); the other one created it.
-          if ((err as { code?: unknown }).code === '23505') {
-            this.#created = true;
-            return;
-          }
-          throw new Error(`PostgreSQL ${errorCode(err)} (creating the rate-limit table)`);
-        },
-      );
+    this.#creating ??= this.#create().then(
+      () => {
+        this.#created = true;
+      },
+      (err: unknown) => {
+        this.#creating = undefined;
+        throw new Error(`PostgreSQL ${errorCode(err)} (creating the rate-limit table)`);
+      },
+    );
     return this.#creating;
+  }
+
+  /**
+   * CREATE … IF NOT EXISTS alone is not safe for instances starting at once: two can both see no
+   * table and collide on the catalog (23505 on pg_type, or 42P07). A transaction-scoped advisory
+   * lock on the table's name makes them take turns; the second finds the table.
+   */
+  async #create(): Promise<void> {
+    const client = await this.#pool.connect();
+    let broken = false;
+    try {
+      await client.query('BEGIN');
+      await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`${SCHEMA}.${this.#table}`]);
+      await client.query(`CREATE UNLOGGED TABLE IF NOT EXISTS ${SCHEMA}.${this.#table} (key text PRIMARY KEY, points integer NOT NULL DEFAULT 0, expire bigint) WITH (fillfactor = 80)`);
+      await client.query('COMMIT');
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {
+        broken = true;
+      });
+      throw err;
+    } finally {
+      client.release(broken);
+    }
   }
 
   /** A limiter counting in the table; its store failures reject with an Error naming only the code. */
