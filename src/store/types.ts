@@ -164,6 +164,30 @@ export interface DataKeyPort {
 export type StoreKind = 'embedded' | 'redis' | 'postgres';
 
 /**
+ * A backend's on-disk (or in-RAM) format upgrade (issue 24 item 3), run by `tokenproxy migrate`
+ * (src/cli/migrate.ts) through `Store.migrator()`. Resumable: every step commits its progress in
+ * the store itself, so a migration killed with -9 goes on from where it stood on the next run.
+ * Records keep their ciphertext as it is (nothing is decrypted to migrate).
+ */
+export interface FormatMigrator {
+  /** The format the store holds now, the one this code writes, and how many records are left to convert. */
+  status(): Promise<{ from: number; to: number; pending: number; total: number }>;
+  /** Converts up to `batch` records in one atomic step; `done` once nothing is left (and the store says `to`). */
+  step(batch: number): Promise<{ converted: number; done: boolean }>;
+}
+
+/**
+ * Raised by a store's connect when it holds a format older than this code reads and the upgrade
+ * is not one to run at start-up (issue 24 item 3): the message names both versions and the command.
+ */
+export class StoreFormatError extends Error {
+  constructor(readonly found: number, readonly wanted: number, detail: string) {
+    super(`the store holds format ${found}, this version reads format ${wanted}: ${detail}`);
+    this.name = 'StoreFormatError';
+  }
+}
+
+/**
  * One backend (src/store/embedded/, redis/, postgres/): its four ports over one connection, and
  * the connection's lifecycle. Consumers take only the port they need (issue 24 item 5): the vault
  * and the detokenizer `tokens`, the audit trail `audit`, the key ring `dataKeys`, the idempotency
@@ -179,6 +203,12 @@ export interface Store {
   readonly dataKeys: DataKeyPort;
   /** Idempotency entries (SVC-IDEMPOTENCY-KEY): store/idempotency.ts. */
   readonly idempotency: IdempotencyPort;
+  /**
+   * The format upgrade of this backend, for `tokenproxy migrate`; absent when the backend has none
+   * to run outside start-up. A store opened for migration (its connect's `forMigration` option)
+   * skips the format check that a service start makes.
+   */
+  migrator?(): FormatMigrator;
   /** Resolves when the store answers; rejects with StoreUnavailableError when it does not. */
   ping(): Promise<void>;
   close(): Promise<void>;
