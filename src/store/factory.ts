@@ -34,6 +34,11 @@ export interface CreateStoreOptions {
    */
   mustExist?: boolean;
   log?: Logger;
+  /**
+   * `tokenproxy migrate` (issue 24 item 3): open a store that holds an older format without the
+   * StoreFormatError a service start gives, so its migrator() can convert it.
+   */
+  forMigration?: boolean;
   /** Redis: per-command timeout in ms (default 1500). */
   commandTimeoutMs?: number;
 }
