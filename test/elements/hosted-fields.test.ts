@@ -112,6 +112,23 @@ t.test('a shop page collects a card through the hosted field', { skip }, async (
     return c[c.length - 1]!.empty;
   });
   t.equal(await field.locator('#number').inputValue(), '', 'clear() empties the number');
+
+  // focus() puts the caret in the number input inside the frame; the page hears 'focus'.
+  type W = { card: { focus(): void; unmount(): void; on(e: string, f: () => void): void }; __focused: number };
+  await page.evaluate(() => {
+    const w = window as unknown as W;
+    w.__focused = 0;
+    w.card.on('focus', () => w.__focused++);
+  });
+  t.equal(await field.locator('#number').evaluate((e) => e.ownerDocument.activeElement === e), false, 'the number is not focused before focus()');
+  await page.evaluate(() => (window as unknown as W).card.focus());
+  await page.waitForFunction(() => (window as unknown as W).__focused > 0);
+  t.equal(await field.locator('#number').evaluate((e) => e.ownerDocument.activeElement === e), true, 'focus() focuses the number input');
+
+  // unmount() takes the frame out of the page.
+  t.equal(await page.locator('#card iframe').count(), 1);
+  await page.evaluate(() => (window as unknown as W).card.unmount());
+  t.equal(await page.locator('#card iframe').count(), 0, 'unmount() removes the frame');
 });
 
 t.test('a composite body: a card field and a text field in one /tokenize', { skip }, async (t) => {
