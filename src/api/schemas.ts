@@ -5,6 +5,7 @@
  */
 import { z } from 'zod';
 import { catalogue, type ErrorCode } from '../errors.js';
+import { TOKEN_TYPE_NAMES } from '../vault/token-types.js';
 
 const codes = Object.keys(catalogue) as [ErrorCode, ...ErrorCode[]];
 
@@ -26,7 +27,7 @@ export const ProxyError = z
   .object({ proxy_error: Problem })
   .meta({ id: 'ProxyError', description: "tokenproxy's own error on a proxy route (application/json), never the destination's" });
 
-const TokenType = z.enum(['token', 'card']);
+const TokenType = z.enum(TOKEN_TYPE_NAMES as [string, ...string[]]).describe('A token type (docs/api.md "Token types")');
 const Metadata = z.record(z.string(), z.string());
 
 /** A card as it leaves the service: masked or revealed, never with its cvc. */
@@ -36,6 +37,9 @@ const CardView = z.object({
   expiration_year: z.number().int().optional(),
 });
 
+/** A bank token's data as it leaves the service (issue 26): the account number masked or revealed. */
+const BankView = z.object({ routing_number: z.string(), account_number: z.string() });
+
 /** spec "Token (output record)" (src/vault/records.ts). */
 export const TokenRecord = z
   .object({
@@ -43,7 +47,7 @@ export const TokenRecord = z
     tenant_id: z.string(),
     type: TokenType,
     containers: z.array(z.string()),
-    data: z.union([z.string(), CardView]).optional().describe('By the access rule: revealed, masked or absent (redact); a token\'s value only when revealed'),
+    data: z.union([z.string(), CardView, BankView]).optional().describe('By the access rule: revealed, masked or absent (redact); a token\'s value only when revealed'),
     mask: z.union([z.string(), CardView]).optional().describe("A card's masked fields (answer to one definition), or a token's mask expression"),
     metadata: Metadata.optional(),
     search_indexes: z.array(z.string()).optional(),
@@ -72,7 +76,7 @@ const CardInput = z.object({
 export const TokenDefinition = z
   .object({
     type: TokenType,
-    data: z.union([z.string(), CardInput]).describe('A string for type token; a card object for type card'),
+    data: z.union([z.string(), CardInput, BankView]).describe('A string for the string types; a card object for type card; {routing_number, account_number} for type bank'),
     id: z.string().min(3).max(400).optional(),
     containers: z.array(z.string()).length(1).optional(),
     metadata: Metadata.optional(),

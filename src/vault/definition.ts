@@ -6,16 +6,21 @@
 import { containerPattern } from '../config/schema.js';
 import type { FieldErrors } from '../errors.js';
 import { scrubCards } from '../log.js';
-import { validateCard, type CardData } from './card.js';
+import type { CardData } from './card.js';
 import { checkDataExpression, ExpressionError, MAX_EXPRESSION_LENGTH } from './expressions.js';
+import { TOKEN_TYPE_NAMES, tokenType, type TokenTypeSpec } from './token-types.js';
 
-export type TokenType = 'token' | 'card';
-export const TOKEN_TYPES: readonly TokenType[] = ['token', 'card'];
+/** A name of src/vault/token-types.ts's registry ('token', 'card', 'card_number', …). */
+export type TokenType = string;
+export const TOKEN_TYPES: readonly TokenType[] = TOKEN_TYPE_NAMES;
 
-/** The default container by type (docs/api.md "Token definitions"). */
-export const DEFAULT_CONTAINER: Record<TokenType, string> = { token: '/general/high/', card: '/pci/high/' };
-/** spec: a card's fingerprint expression when none is supplied. */
-export const CARD_FINGERPRINT = '{{ data.number }}';
+/** A `bank` token's data (issue 26). */
+export interface BankData {
+  routing_number: string;
+  account_number: string;
+}
+/** A token's data: a string, or the object of a card or a bank token. */
+export type TokenData = string | CardData | BankData;
 
 export const LIMITS = {
   metadataKeys: 100,
@@ -38,7 +43,7 @@ export interface Definition {
   /** Made from a plain string: answered with the token's id, not a record. */
   plain: boolean;
   type: TokenType;
-  data: string | CardData;
+  data: TokenData;
   id: string | null;
   container: string;
   metadata: Record<string, string>;
@@ -79,7 +84,7 @@ const add = addFieldError;
 
 export function plainStringDefinition(path: string, value: string): Definition {
   return {
-    path, plain: true, type: 'token', data: value, id: null, container: DEFAULT_CONTAINER.token, metadata: {},
+    path, plain: true, type: 'token', data: value, id: null, container: '/general/high/', metadata: {},
     search_indexes: [], fingerprint_expression: null, mask: null, deduplicate: false, expires_at: null,
   };
 }
@@ -141,9 +146,9 @@ export function checkExpiresAt(v: unknown, path: string, errors: FieldErrors, no
   return new Date(Date.parse(v)).toISOString();
 }
 
-export function checkMask(v: unknown, type: TokenType, path: string, errors: FieldErrors): string | null {
-  if (type === 'card') {
-    add(errors, path, 'card tokens are masked by the service (all but the last four digits); mask is for type token');
+export function checkMask(v: unknown, type: TokenTypeSpec, path: string, errors: FieldErrors): string | null {
+  if (!type.customMask) {
+    add(errors, path, 'card tokens are masked by the service (all but the last four digits); mask is for the other types');
     return null;
   }
   return checkExpression(v, path, errors);
@@ -154,16 +159,13 @@ export function parseDefinition(obj: Record<string, unknown>, path: string, erro
   const before = Object.keys(errors).length;
   for (const k of Object.keys(obj)) if (!KNOWN_FIELDS.has(k)) add(errors, at(path, k), 'unknown field');
 
-  const type = obj.type;
-  if (typeof type !== 'string' || !TOKEN_TYPES.includes(type as TokenType)) {
+  const spec = typeof obj.type === 'string' ? tokenType(obj.type) : undefined;
+  if (spec === undefined) {
     add(errors, at(path, 'type'), `must be one of: ${TOKEN_TYPES.join(', ')}`);
     return null;
   }
-  const t = type as TokenType;
-  let data: string | CardData | null = null;
-  if (t === 'card') data = validateCard(obj.data, at(path, 'data'), errors);
-  else if (typeof obj.data === 'string') data = obj.data;
-  else add(errors, at(path, 'data'), 'must be a string for type token');
+  const t = spec.name;
+  const data = spec.parse(obj.data, at(path, 'data'), errors) as TokenData | null;
 
   let id: string | null = null;
   if (obj.id !== undefined) {
@@ -176,7 +178,7 @@ export function parseDefinition(obj: Record<string, unknown>, path: string, erro
     } else id = obj.id;
   }
 
-  let container = DEFAULT_CONTAINER[t];
+  let container = spec.container;
   if (obj.containers !== undefined) {
     const c = obj.containers;
     if (!Array.isArray(c) || c.length !== 1 || typeof c[0] !== 'string' || !containerPattern.test(c[0])) {
@@ -186,11 +188,11 @@ export function parseDefinition(obj: Record<string, unknown>, path: string, erro
 
   const metadata = obj.metadata === undefined ? {} : checkMetadata(obj.metadata, at(path, 'metadata'), errors);
   const search_indexes = obj.search_indexes === undefined ? [] : checkSearchIndexes(obj.search_indexes, at(path, 'search_indexes'), errors);
-  let fingerprint_expression = t === 'card' ? CARD_FINGERPRINT : null;
+  let fingerprint_expression = spec.fingerprint;
   if (obj.fingerprint_expression !== undefined) {
     fingerprint_expression = checkExpression(obj.fingerprint_expression, at(path, 'fingerprint_expression'), errors);
   }
-  const mask = obj.mask === undefined ? null : checkMask(obj.mask, t, at(path, 'mask'), errors);
+  const mask = obj.mask === undefined ? null : checkMask(obj.mask, spec, at(path, 'mask'), errors);
   let deduplicate = false;
   if (obj.deduplicate_token !== undefined) {
     if (typeof obj.deduplicate_token !== 'boolean') add(errors, at(path, 'deduplicate_token'), 'must be a boolean');

@@ -8,8 +8,8 @@
 import type { ExpressionField } from '../auth/access.js';
 import { ServiceError, type FieldErrors } from '../errors.js';
 import type { StoredToken } from '../store/types.js';
-import type { CardData } from './card.js';
-import { addFieldError, parseDefinition, type Definition } from './definition.js';
+import { addFieldError, parseDefinition, type Definition, type TokenData } from './definition.js';
+import { storedType } from './token-types.js';
 
 const IMMUTABLE = ['type', 'id', 'containers', 'tenant_id', 'created_by', 'created_at'];
 
@@ -40,7 +40,7 @@ export interface PatchResult {
   suppliesData: boolean;
 }
 
-export function applyPatch(t: StoredToken, current: string | CardData, patch: unknown, now: number): PatchResult {
+export function applyPatch(t: StoredToken, current: TokenData, patch: unknown, now: number): PatchResult {
   if (!isObject(patch)) throw new ServiceError('validation_failed', { detail: 'A merge patch must be a JSON object' });
   const errors: FieldErrors = {};
   for (const k of IMMUTABLE) {
@@ -51,7 +51,7 @@ export function applyPatch(t: StoredToken, current: string | CardData, patch: un
   if (Object.keys(errors).length) throw new ServiceError('validation_failed', { detail: 'The patch is invalid; the token is unchanged', errors });
 
   const existing: Record<string, unknown> = { type: t.type, data: current, metadata: t.metadata, search_indexes: t.search_indexes };
-  if (t.fingerprint_expression !== null && !(t.type === 'card' && t.fingerprint_expression === '{{ data.number }}')) {
+  if (t.fingerprint_expression !== null && t.fingerprint_expression !== storedType(t.type).fingerprint) {
     existing.fingerprint_expression = t.fingerprint_expression;
   }
   if (t.mask !== null) existing.mask = t.mask;

@@ -8,6 +8,8 @@ import type { Transform } from '../auth/access.js';
 import type { Logger } from '../log.js';
 import type { StoredToken } from '../store/types.js';
 import { maskedCard, revealedCard, type CardData } from './card.js';
+import type { TokenData } from './definition.js';
+import { storedType } from './token-types.js';
 import { ExpressionError, renderExpression } from './expressions.js';
 
 export type TokenRecord = Record<string, unknown>;
@@ -53,14 +55,18 @@ export function createdRecord(t: StoredToken, card: CardData | null, style: 'mas
  * logged without values, never an error for the whole answer: masks are tried when written, so
  * this is a token stored before that rule or a render that hit a limit.
  */
-export function readRecord(t: StoredToken, transform: Transform, plaintext: string | CardData | null, showFingerprint: boolean, log?: Logger): TokenRecord {
+export function readRecord(t: StoredToken, transform: Transform, plaintext: TokenData | null, showFingerprint: boolean, log?: Logger): TokenRecord {
   const r = base(t);
   if (transform !== 'redact' && plaintext !== null) {
     if (t.type === 'card') {
       r.data = transform === 'reveal' ? revealedCard(plaintext as CardData) : maskedCard(plaintext as CardData);
     } else if (transform === 'reveal') {
       r.data = plaintext;
-    } else if (t.mask !== null) {
+    } else if (t.mask === null) {
+      // The type's own mask (issue 26): e.g. an SSN reads XXX-XX-6789; a `token` shows nothing.
+      const masked = storedType(t.type).mask(plaintext);
+      if (masked !== undefined) r.data = masked;
+    } else {
       try {
         r.data = renderExpression(t.mask, plaintext);
       } catch (err) {
@@ -75,6 +81,6 @@ export function readRecord(t: StoredToken, transform: Transform, plaintext: stri
 /** Whether reading `t` with `transform` needs its plaintext. */
 export function needsPlaintext(t: StoredToken, transform: Transform): boolean {
   if (transform === 'reveal') return true;
-  if (transform === 'mask') return t.type === 'card' || t.mask !== null;
+  if (transform === 'mask') return t.type !== 'token' || t.mask !== null;
   return false;
 }

@@ -16,7 +16,7 @@ import type { VaultMetrics } from './metrics.js';
 import type { AuditTrail } from '../audit/trail.js';
 import { DuplicateTokenError, type StoredToken, type TokenFilter, type TokenPort } from '../store/types.js';
 import type { CardData } from './card.js';
-import { addFieldError, at, TOKEN_TYPES, type Definition } from './definition.js';
+import { addFieldError, at, TOKEN_TYPES, type Definition, type TokenData } from './definition.js';
 import { ExpressionError, renderExpression } from './expressions.js';
 import { createdRecord, needsPlaintext, readRecord, type TokenRecord } from './records.js';
 import { parseQuery } from './search.js';
@@ -246,7 +246,7 @@ export class TokenService {
       attempt('mask', () => void renderExpression(expr, def.data));
     }
     if (!ok) return null;
-    let plain: string | CardData = def.data;
+    let plain: TokenData = def.data;
     let cvc_sealed: string | null = null;
     let cvc_expires_at: string | null = null;
     if (def.type === 'card') {
@@ -371,9 +371,9 @@ export class TokenService {
   }
 
   /** Unsealed data of a stored token (cvc excluded). */
-  async plaintext(t: StoredToken): Promise<string | CardData> {
+  async plaintext(t: StoredToken): Promise<TokenData> {
     const json = await this.crypto.unsealOrRefresh(t.sealed, dataAad(t.tenant_id, t.id));
-    return JSON.parse(json) as string | CardData;
+    return JSON.parse(json) as TokenData;
   }
 
   /** The unsealed cvc of a card while its retention window keeps it, else null (never shown by reads). */

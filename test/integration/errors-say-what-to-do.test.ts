@@ -94,7 +94,7 @@ t.test('route_not_found points to /openapi.json and does not echo the path', asy
 
 t.test('POST /tokens names only the member that is missing', async (t) => {
   const noType = await problem(t, s.call('POST', '/tokens', { body: { data: 'x' } }), 400, 'validation_failed');
-  t.equal(noType.body.detail, 'The token definition has no type (one of: token, card)');
+  t.equal(noType.body.detail, 'The token definition has no type (one of: token, card, card_number, bank, us_bank_routing_number, us_bank_account_number, social_security_number, employer_id_number)');
   t.same(noType.body.errors, { type: ['required'] });
   const noData = await problem(t, s.call('POST', '/tokens', { body: { type: 'token' } }), 400, 'validation_failed');
   t.equal(noData.body.detail, 'The token definition has no data');
@@ -106,6 +106,6 @@ t.test('POST /tokens names only the member that is missing', async (t) => {
   }
   // Over 64 KiB the body is parsed in the JSON worker: the same answer.
   const large = await problem(t, s.call('POST', '/tokens', { body: { data: 'x'.repeat(70_000) } }), 400, 'validation_failed');
-  t.equal(large.body.detail, 'The token definition has no type (one of: token, card)');
+  t.equal(large.body.detail, 'The token definition has no type (one of: token, card, card_number, bank, us_bank_routing_number, us_bank_account_number, social_security_number, employer_id_number)');
   t.same(large.body.errors, { type: ['required'] });
 });
