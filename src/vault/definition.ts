@@ -9,6 +9,7 @@ import { scrubCards } from '../log.js';
 import type { CardData } from './card.js';
 import { checkDataExpression, ExpressionError, MAX_EXPRESSION_LENGTH } from './expressions.js';
 import { TOKEN_TYPE_NAMES, tokenType, type TokenTypeSpec } from './token-types.js';
+import { checkAliasable, isIdExpression, parseAlias, type AliasSpec } from './alias.js';
 
 /** A name of src/vault/token-types.ts's registry ('token', 'card', 'card_number', …). */
 export type TokenType = string;
@@ -45,6 +46,8 @@ export interface Definition {
   type: TokenType;
   data: TokenData;
   id: string | null;
+  /** The id is an alias expression (issue 26): drawn when the token is created; `id` is null then. */
+  alias: AliasSpec | null;
   container: string;
   metadata: Record<string, string>;
   search_indexes: string[];
@@ -84,7 +87,7 @@ const add = addFieldError;
 
 export function plainStringDefinition(path: string, value: string): Definition {
   return {
-    path, plain: true, type: 'token', data: value, id: null, container: '/general/high/', metadata: {},
+    path, plain: true, type: 'token', data: value, id: null, alias: null, container: '/general/high/', metadata: {},
     search_indexes: [], fingerprint_expression: null, mask: null, deduplicate: false, expires_at: null,
   };
 }
@@ -168,7 +171,17 @@ export function parseDefinition(obj: Record<string, unknown>, path: string, erro
   const data = spec.parse(obj.data, at(path, 'data'), errors) as TokenData | null;
 
   let id: string | null = null;
-  if (obj.id !== undefined) {
+  let alias: AliasSpec | null = null;
+  if (typeof obj.id === 'string' && isIdExpression(obj.id)) {
+    const parsed = parseAlias(obj.id, t);
+    if (typeof parsed === 'string') add(errors, at(path, 'id'), parsed);
+    else if (data !== null) {
+      const value = t === 'card' ? (data as CardData).number : data;
+      const problem = typeof value === 'string' ? checkAliasable(parsed, value) : 'an alias is drawn from a string';
+      if (problem === null) alias = parsed;
+      else add(errors, at(path, 'id'), problem);
+    }
+  } else if (obj.id !== undefined) {
     if (typeof obj.id !== 'string' || obj.id.length < LIMITS.idMin || obj.id.length > LIMITS.idMax || !ID_PATTERN.test(obj.id)) {
       add(errors, at(path, 'id'), `must be ${LIMITS.idMin} to ${LIMITS.idMax} characters of letters, digits and . _ ~ : @ + = -`);
     } else if (scrubCards(obj.id) !== obj.id) {
@@ -202,5 +215,5 @@ export function parseDefinition(obj: Record<string, unknown>, path: string, erro
   const expires_at = obj.expires_at === undefined ? null : checkExpiresAt(obj.expires_at, at(path, 'expires_at'), errors, now);
 
   if (Object.keys(errors).length !== before || data === null) return null;
-  return { path, plain: false, type: t, data, id, container, metadata, search_indexes, fingerprint_expression, mask, deduplicate, expires_at };
+  return { path, plain: false, type: t, data, id, alias, container, metadata, search_indexes, fingerprint_expression, mask, deduplicate, expires_at };
 }

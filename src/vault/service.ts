@@ -17,11 +17,15 @@ import type { AuditTrail } from '../audit/trail.js';
 import { DuplicateTokenError, type StoredToken, type TokenFilter, type TokenPort } from '../store/types.js';
 import type { CardData } from './card.js';
 import { addFieldError, at, TOKEN_TYPES, type Definition, type TokenData } from './definition.js';
+import { drawAlias, type AliasSpec } from './alias.js';
 import { ExpressionError, renderExpression } from './expressions.js';
 import { createdRecord, needsPlaintext, readRecord, type TokenRecord } from './records.js';
 import { parseQuery } from './search.js';
 import { assemble, planTokenize } from './walk.js';
 import { applyPatch } from './patch.js';
+
+/** How many aliases are drawn before a create gives up with 409 (issue 26). */
+const ALIAS_DRAWS = 20;
 
 /** A sealed value this long (about 1 MB) took milliseconds to make: the next step waits a turn. */
 const LARGE_VALUE = 1 << 20;
@@ -172,7 +176,7 @@ export class TokenService {
     const prepared: Prepared[] = [];
     const seenIds = new Set<string>();
     for (const def of defs) {
-      const id = def.id ?? randomUUID();
+      const id = def.alias ? await this.drawAliasId(p.tenant.id, def, def.alias, seenIds) : (def.id ?? randomUUID());
       if (seenIds.has(id)) throw new ServiceError('token_conflict', { detail: 'Two definitions in the request use the same id' });
       seenIds.add(id);
       const record = this.buildRecord(p, def, id, createdAt, now, errors);
@@ -188,6 +192,21 @@ export class TokenService {
       throw new ServiceError('validation_failed', { detail: 'One or more token definitions are invalid; no token was created', errors });
     }
     return prepared;
+  }
+
+  /**
+   * An alias id (issue 26): drawn until it names no token of the tenant and no other definition of
+   * the request, at most ALIAS_DRAWS times, then 409 token_conflict (a nearly full alias space,
+   * e.g. a 13-digit card's 100 aliases). A token written between the check and the insert with
+   * the same alias makes the insert a conflict, 409 as for any id.
+   */
+  private async drawAliasId(tenantId: string, def: Definition, spec: AliasSpec, taken: ReadonlySet<string>): Promise<string> {
+    const value = def.type === 'card' ? (def.data as CardData).number : (def.data as string);
+    for (let i = 0; i < ALIAS_DRAWS; i++) {
+      const candidate = drawAlias(spec, value);
+      if (!taken.has(candidate) && (await this.store.get(tenantId, candidate)) === null) return candidate;
+    }
+    throw new ServiceError('token_conflict', { detail: `No free alias after ${ALIAS_DRAWS} draws: the alias leaves too few characters to draw; no token was created` });
   }
 
   /**

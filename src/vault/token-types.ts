@@ -192,3 +192,10 @@ export function tokenTypesTable(): string {
   const rows = TOKEN_TYPE_SPECS.map((s) => `| \`${s.name}\` | ${cell(s.data)} | ${cell(s.validWhen)} | \`${s.container}\` | ${s.fingerprint === null ? 'none' : `\`${cell(s.fingerprint)}\`: ${cell(s.fingerprintDoc)}`} | ${cell(s.maskDoc)} |`);
   return ['| type | data | valid when | default container | default fingerprint | what a `mask` reader sees |', '|---|---|---|---|---|---|', ...rows].join('\n');
 }
+
+/** The short table of README.md "Token types" (generated; the same test checks it). */
+export function tokenTypesReadmeTable(): string {
+  const cell = (text: string) => text.replace(/\|/g, '\\|');
+  const rows = TOKEN_TYPE_SPECS.map((s) => `| \`${s.name}\` | ${cell(s.data)} | \`${s.container}\` | ${cell(s.maskDoc)} |`);
+  return ['| type | data | default container | what a `mask` reader sees |', '|---|---|---|---|', ...rows].join('\n');
+}

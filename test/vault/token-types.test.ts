@@ -8,7 +8,7 @@
 import t from 'tap';
 import { readFileSync } from 'node:fs';
 import type { FieldErrors } from '../../src/errors.js';
-import { abaValid, maskDigits, TOKEN_TYPE_SPECS, tokenType, tokenTypesTable } from '../../src/vault/token-types.js';
+import { abaValid, maskDigits, TOKEN_TYPE_SPECS, tokenType, tokenTypesReadmeTable, tokenTypesTable } from '../../src/vault/token-types.js';
 import { KEYS, startTestService } from '../helpers/service.js';
 import { randomCard } from '../helpers/secrets.js';
 
@@ -105,12 +105,15 @@ t.test('the registry, type by type: valid and invalid values, masks (generated f
   t.equal(maskDigits('12'), '12', 'fewer digits than kept: as it is');
 });
 
-t.test('docs/api.md holds the generated table', async (t) => {
-  const doc = readFileSync('docs/api.md', 'utf8');
-  const a = doc.indexOf('-->\n', doc.indexOf('<!-- token-types: generated')) + 4;
-  const b = doc.indexOf('<!-- token-types: end -->');
-  t.ok(a > 4 && b > a, 'the markers are there');
-  t.equal(doc.slice(a, b).trimEnd(), tokenTypesTable(), 'the table is the registry\'s (regenerate it from tokenTypesTable())');
+t.test('docs/api.md and README.md hold the generated tables', async (t) => {
+  for (const [file, table, fn] of [['docs/api.md', tokenTypesTable(), 'tokenTypesTable'], ['README.md', tokenTypesReadmeTable(), 'tokenTypesReadmeTable']] as const) {
+    const doc = readFileSync(file, 'utf8');
+    const a = doc.indexOf('-->\n', doc.indexOf('<!-- token-types: generated')) + 4;
+    const b = doc.indexOf('<!-- token-types: end -->');
+    t.ok(a > 4 && b > a, `${file}: the markers are there`);
+    t.equal(doc.slice(a, b).trimEnd(), table, `${file}: the table is the registry's (regenerate it from ${fn}())`);
+    for (const spec of TOKEN_TYPE_SPECS) t.ok(doc.includes(`| \`${spec.name}\` |`), `${file} names ${spec.name}`);
+  }
 });
 
 t.test('fuzz: the validators never throw, whatever the data', async (t) => {
