@@ -81,3 +81,36 @@ t.test('list and search iterate to the last item and stop', async (t) => {
   t.equal(found.length, 230, 'searchV2 yields every match once');
   t.same(new Set(found), ids);
 });
+
+t.test('typed tokens and alias ids through the SDK (issue 26)', async (t) => {
+  const svc = await startTestService(t);
+  const { client } = sdkClient(svc.url, KEYS.private);
+  const card = randomCard('5');
+  const batch = randomMarker('typed');
+
+  const ssn = await client.tokens.create({ type: 'social_security_number', data: '536-22-8711', id: '{{ data | alias_preserve_format: 0, 4 }}', metadata: { batch } });
+  t.match(ssn.id, /^\d{3}-\d{2}-8711$/, 'create: an SSN-shaped alias');
+  t.equal(ssn.type, 'social_security_number');
+  t.same(ssn.containers, ['/pii/high/'], 'the type\'s default container');
+  const cn = await client.tokens.create({ type: 'card_number', data: card, id: '{{ data | alias_card }}', metadata: { batch } });
+  t.equal(cn.id!.slice(0, 6) + cn.id!.slice(-4), card.slice(0, 6) + card.slice(-4), 'create: a card-shaped alias');
+  t.not(cn.id, card);
+
+  t.equal((await client.tokens.get(ssn.id!)).data, '536-22-8711', 'get by alias: the value for a reveal key');
+  t.equal((await sdkClient(svc.url, KEYS.masked).client.tokens.get(ssn.id!)).data, 'XXX-XX-8711', 'the type\'s mask for a mask key');
+
+  const updated = await client.tokens.update(cn.id!, { metadata: { batch, step: 'two' } });
+  t.same(updated.metadata, { batch, step: 'two' }, 'update by alias');
+
+  const found: string[] = [];
+  for await (const token of await client.tokens.searchV2({ query: `type:card_number metadata.batch:${batch}`, size: 10 })) found.push(token.id!);
+  t.same(found, [cn.id], 'search by type');
+  const listed: string[] = [];
+  for await (const token of await client.tokens.listV2({ size: 100 })) listed.push(token.id!);
+  t.same(new Set(listed), new Set([ssn.id, cn.id]), 'listV2 yields the aliases');
+
+  await client.tokens.delete(cn.id!);
+  const gone = await client.tokens.get(cn.id!).then(() => null, (err: unknown) => err);
+  t.equal((gone as BasisTheoryError).statusCode, 404, 'delete by alias');
+  t.notOk(svc.logs().includes(card), 'no card number in the logs');
+});
