@@ -86,8 +86,16 @@ const reactor = z.strictObject({
   memory_limit_mb: limit('memory_limit_mb'),
 });
 
+/**
+ * The token types (src/vault/token-types.ts is the registry; config/ imports nothing from the rest
+ * of src/, so the names are listed here and test/vault/token-types.test.ts checks they match).
+ */
+export const CONFIG_TOKEN_TYPES = ['token', 'card', 'card_number', 'bank', 'us_bank_routing_number', 'us_bank_account_number', 'social_security_number', 'employer_id_number'] as const;
+
 const tokenTemplate = z.strictObject({
-  type: z.enum(['token', 'card']),
+  type: z.enum(CONFIG_TOKEN_TYPES),
+  /** An alias id expression (issue 26), e.g. '{{ data | alias_card }}': the destination receives card-shaped aliases. */
+  id: z.string().optional(),
   containers: z.array(container).length(1).optional(),
   metadata: z.record(z.string(), z.string()).optional(),
   search_indexes: z.array(z.string()).optional(),

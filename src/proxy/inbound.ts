@@ -190,7 +190,10 @@ export class InboundProxy {
       // Scanned as the destination will decode it: by the Content-Type it is sent with. Card
       // numbers a detokenize step put in on purpose are not findings: it checks the body before.
       const scanned = outcome.beforeDetokenize ?? bytes;
-      const scan = await scanBodyYielding(scanned, scanType(headerText(outcome.headers['content-type'])));
+      // The alias ids this request's tokenize steps drew (issue 26) are tokens, not cards, though
+      // an alias_card one passes Luhn: they are let through; a real card in the same body is not.
+      const aliases = new Set(outcome.prepared.filter((x) => x.def.alias !== null).map((x) => x.record.id));
+      const scan = await scanBodyYielding(scanned, scanType(headerText(outcome.headers['content-type'])), aliases);
       this.leakFound(ctx, entry, scan.findings, proxy.config.leak_guard === 'block');
       if (scan.undecodable) this.undecodable(ctx, entry, proxy.config.leak_guard === 'block');
     }

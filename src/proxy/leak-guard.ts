@@ -34,8 +34,15 @@ const DASH = 0x2d;
 const PLUS = 0x2b;
 const MAX_DIGITS = 19;
 const MIN_DIGITS = 13;
+const NO_ALIASES: ReadonlySet<string> = new Set();
 
 export class CardScanner {
+  /**
+   * Numbers that are not findings: the Luhn-valid alias ids (issue 26, `alias_card`) the same
+   * request's tokenize step made. They are tokens, not cards; any other card still counts.
+   */
+  constructor(private readonly allowed: ReadonlySet<string> = NO_ALIASES) {}
+
   /**
    * The groups (contiguous digit segments) of the current run, oldest first: a card may be any
    * consecutive groups of it (`qty 2 4242 4242 4242 4242`, or two grouped cards one space apart).
@@ -95,7 +102,7 @@ export class CardScanner {
         digits = groups[k]! + digits;
         if (digits.length > MAX_DIGITS) break;
         if (isCardNumber(digits)) {
-          this.found++;
+          if (!this.allowed.has(digits)) this.found++;
           this.groups = [];
           break;
         }
@@ -477,7 +484,7 @@ class Reading {
   private readonly decoder: Decoder | null;
   private readonly escapes: Decoder;
   private readonly uuids = new UuidMasker();
-  private readonly cards = new CardScanner();
+  private readonly cards: CardScanner;
   /** The charset decoder threw: the body is not in this charset. */
   failed = false;
 
@@ -485,7 +492,9 @@ class Reading {
     readonly charset: Charset,
     encoding: BodyEncoding,
     readonly group: number,
+    allowed: ReadonlySet<string>,
   ) {
+    this.cards = new CardScanner(allowed);
     this.decoder = charset === 'bytes' ? null : new CharsetDecoder(charset);
     this.escapes = encoding === 'json' ? new JsonEscapeDecoder() : encoding === 'form' ? new FormDecoder() : identity;
   }
@@ -545,7 +554,8 @@ export class LeakScanner {
   private list: Reading[] = [];
   private unknownCharset = false;
 
-  constructor(type: BodyEncoding | ScanType = 'raw') {
+  /** `allowed`: numbers that are not findings (CardScanner). */
+  constructor(type: BodyEncoding | ScanType = 'raw', private readonly allowed: ReadonlySet<string> = NO_ALIASES) {
     this.type = asScanType(type);
     if (!this.type.sniff && this.type.charset === undefined && !this.type.conflictingCharsets) this.start(EMPTY);
   }
@@ -593,7 +603,7 @@ export class LeakScanner {
     let group = 0;
     const add = (charset: Charset, g: number) => {
       for (const r of this.list) if (r.charset === charset) return;
-      this.list.push(new Reading(charset, encoding, g));
+      this.list.push(new Reading(charset, encoding, g, this.allowed));
     };
     // The bytes as they are: the reading when nothing says otherwise (UTF-8), and always one more,
     // so a body that fails its declared charset is still scanned (for `log`) the same way
@@ -667,19 +677,19 @@ export interface ScanResult {
  * one piece. A multipart body is also scanned part by part (`scanParts`): its findings are the
  * larger of the two.
  */
-export async function scanBodyYielding(body: Uint8Array, type: BodyEncoding | ScanType = 'raw'): Promise<ScanResult> {
-  return scanYielding(body, asScanType(type), 0);
+export async function scanBodyYielding(body: Uint8Array, type: BodyEncoding | ScanType = 'raw', allowed: ReadonlySet<string> = NO_ALIASES): Promise<ScanResult> {
+  return scanYielding(body, asScanType(type), 0, allowed);
 }
 
-async function scanYielding(body: Uint8Array, type: ScanType, depth: number): Promise<ScanResult> {
-  const s = new LeakScanner(type);
+async function scanYielding(body: Uint8Array, type: ScanType, depth: number, allowed: ReadonlySet<string>): Promise<ScanResult> {
+  const s = new LeakScanner(type, allowed);
   for (let i = 0; i < body.length; i += SLICE) {
     if (i > 0) await new Promise<void>((resolve) => setImmediate(resolve));
     s.push(body.subarray(i, i + SLICE));
   }
   const whole = { findings: s.end(), undecodable: s.undecodable };
   if (type.boundary === undefined) return whole;
-  const parts = await scanParts(body, type.boundary, depth);
+  const parts = await scanParts(body, type.boundary, depth, allowed);
   return { findings: Math.max(whole.findings, parts.findings), undecodable: whole.undecodable || parts.undecodable };
 }
 
@@ -693,7 +703,7 @@ const MAX_MULTIPART_DEPTH = 4;
  * JSON, form, a nested multipart), as a body of its own. A body that does not parse as multipart
  * adds nothing (the whole-body scan stands).
  */
-async function scanParts(body: Uint8Array, boundary: string, depth: number): Promise<ScanResult> {
+async function scanParts(body: Uint8Array, boundary: string, depth: number, allowed: ReadonlySet<string>): Promise<ScanResult> {
   if (depth >= MAX_MULTIPART_DEPTH) return { findings: 0, undecodable: false };
   const buf = Buffer.from(body.buffer, body.byteOffset, body.length);
   const delimiter = Buffer.from(`--${boundary}`);
@@ -714,7 +724,7 @@ async function scanParts(body: Uint8Array, boundary: string, depth: number): Pro
     if (end > start && buf[end - 1] === 0x0a) end--;
     if (end > start && buf[end - 1] === 0x0d) end--;
     const part = buf.subarray(start, end);
-    const r = await scanPart(part, depth);
+    const r = await scanPart(part, depth, allowed);
     findings += r.findings;
     undecodable ||= r.undecodable;
     at = next === buf.length ? -1 : next;
@@ -722,7 +732,7 @@ async function scanParts(body: Uint8Array, boundary: string, depth: number): Pro
   return { findings, undecodable };
 }
 
-async function scanPart(part: Buffer, depth: number): Promise<ScanResult> {
+async function scanPart(part: Buffer, depth: number, allowed: ReadonlySet<string>): Promise<ScanResult> {
   let split = part.indexOf('\r\n\r\n');
   let bodyStart = split + 4;
   // A part without headers starts with the empty line.
@@ -747,7 +757,7 @@ async function scanPart(part: Buffer, depth: number): Promise<ScanResult> {
   if (transfer === 'base64') content = Buffer.from(part.toString('latin1', bodyStart), 'base64');
   else if (transfer === 'quoted-printable') content = decodeQuotedPrintable(part.subarray(bodyStart));
   else if (transfer !== '' && transfer !== '7bit' && transfer !== '8bit' && transfer !== 'binary') return { findings: 0, undecodable: true };
-  return scanYielding(content, scanType(contentType), depth + 1);
+  return scanYielding(content, scanType(contentType), depth + 1, allowed);
 }
 
 /** Quoted-printable (RFC 2045 §6.7): `=XX` is the byte XX, `=` at a line end a soft break; anything else as written. */

@@ -7,6 +7,7 @@
  */
 import t from 'tap';
 import { readFileSync } from 'node:fs';
+import { CONFIG_TOKEN_TYPES } from '../../src/config/schema.js';
 import type { FieldErrors } from '../../src/errors.js';
 import { abaValid, maskDigits, TOKEN_TYPE_SPECS, tokenType, tokenTypesReadmeTable, tokenTypesTable } from '../../src/vault/token-types.js';
 import { KEYS, startTestService } from '../helpers/service.js';
@@ -103,6 +104,10 @@ t.test('the registry, type by type: valid and invalid values, masks (generated f
   t.equal(tokenType('nope'), undefined);
   t.equal(maskDigits('536-22-8711'), 'XXX-XX-8711');
   t.equal(maskDigits('12'), '12', 'fewer digits than kept: as it is');
+});
+
+t.test('the config schema lists the registry\'s types', async (t) => {
+  t.same([...CONFIG_TOKEN_TYPES], TOKEN_TYPE_SPECS.map((s) => s.name), 'src/config/schema.ts CONFIG_TOKEN_TYPES is the registry\'s list');
 });
 
 t.test('docs/api.md and README.md hold the generated tables', async (t) => {

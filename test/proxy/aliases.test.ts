@@ -1,0 +1,66 @@
+/**
+ * Alias ids through the inbound proxy (issue 26): the tokenize transform's `id` expression sends a
+ * legacy destination card-shaped (and SSN-shaped) aliases in place of the values; a blocking leak
+ * guard lets through the Luhn-valid aliases the same request drew and still blocks a real card in
+ * the same body.
+ */
+import t from 'tap';
+import { CardScanner } from '../../src/proxy/leak-guard.js';
+import { luhnValid } from '../../src/luhn.js';
+import { KEYS, startTestService } from '../helpers/service.js';
+import { startUpstream } from '../helpers/upstream.js';
+import { assertProxyError, configWithProxies } from '../helpers/proxy.js';
+import { randomCard } from '../helpers/secrets.js';
+
+const KEY = { 'svc-proxy-key': 'proxy_key_alias_tok_0123456789' };
+
+t.test('the scanner: an allowed number is not a finding, any other card is', async (t) => {
+  const alias = randomCard('4');
+  const card = randomCard('5');
+  const s = new CardScanner(new Set([alias]));
+  s.push(Buffer.from(`{"card":"${alias}"}`));
+  t.equal(s.end(), 0, 'the alias alone: no finding');
+  const both = new CardScanner(new Set([alias]));
+  both.push(Buffer.from(`{"card":"${alias}","note":"${card}"}`));
+  t.equal(both.end(), 1, 'the alias and a real card: one finding');
+  const none = new CardScanner();
+  none.push(Buffer.from(alias));
+  t.equal(none.end(), 1, 'without the allowance the alias counts as a card');
+});
+
+t.test('a legacy destination gets aliases; the guard blocks a real card beside them', async (t) => {
+  const up = await startUpstream(t);
+  const s = await startTestService(t, {
+    config: configWithProxies([{
+      id: 'legacy', name: 'legacy', key: KEY['svc-proxy-key'], require_auth: false, destination_url: `${up.url}/legacy/`, leak_guard: 'block',
+      request_transforms: [{
+        type: 'tokenize',
+        fields: [
+          { pointer: '/card', token: { type: 'card_number', id: '{{ data | alias_card }}' } },
+          { pointer: '/ssn', token: { type: 'social_security_number', id: '{{ data | alias_preserve_format: 0, 4 }}' } },
+        ],
+      }],
+    }]),
+  });
+  const card = randomCard('4');
+  const ok = await s.call('POST', '/proxy/pay', { key: null, headers: KEY, body: { card, ssn: '536-22-8711', amount: 12 } });
+  t.equal(ok.status, 200, ok.text);
+  t.equal(up.received.length, 1, 'forwarded');
+  const sent = JSON.parse(up.received[0]!.body.toString()) as { card: string; ssn: string; amount: number };
+  t.ok(luhnValid(sent.card) && sent.card.length === card.length && sent.card !== card, 'the destination got a Luhn-valid card-shaped alias');
+  t.equal(sent.card.slice(0, 6) + sent.card.slice(-4), card.slice(0, 6) + card.slice(-4), 'first 6 and last 4 kept');
+  t.match(sent.ssn, /^\d{3}-\d{2}-8711$/, 'an SSN-shaped alias');
+  t.equal(sent.amount, 12);
+  const read = await s.call('GET', `/tokens/${sent.card}`, { key: KEYS.private });
+  t.equal(read.status, 200);
+  t.equal(read.body.data, card, 'the alias is the token: a private key reads the card');
+
+  // The same body with a real card in a free field: blocked, nothing forwarded, nothing created.
+  const other = randomCard('5');
+  const before = (await s.call('GET', '/tokens?size=100', { key: KEYS.private })).body.data.length as number;
+  const blocked = await s.call('POST', '/proxy/pay', { key: null, headers: KEY, body: { card: randomCard('4'), ssn: '536-22-8712', note: `card ${other}` } });
+  assertProxyError(t, blocked, 422, 'leak_detected', 'a real card beside the aliases:');
+  t.equal(up.received.length, 1, 'nothing more forwarded');
+  t.equal((await s.call('GET', '/tokens?size=100', { key: KEYS.private })).body.data.length, before, 'no token written');
+  t.notOk(s.logs().includes(card) || s.logs().includes(other), 'no card number in the logs');
+});
