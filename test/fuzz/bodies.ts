@@ -120,14 +120,27 @@ const idValue = fc.oneof(
   // A small set, so ids collide across bodies and within one (token_conflict, nothing written).
   { weight: 2, arbitrary: fc.constantFrom<Json>('fuzz-id-1', 'fuzz-id-2', 'fuzz-id-3') },
   { weight: 1, arbitrary: fc.constantFrom<Json>('ab', 'x'.repeat(401), 'has space', 'ü-id', 7, null) },
+  // Alias expressions (issue 26), allowed and refused.
+  { weight: 1, arbitrary: fc.constantFrom<Json>('{{ data | alias_card }}', '{{ data.number | alias_card }}', '{{ data | alias_preserve_format }}', '{{ data | alias_preserve_format: 0, 4 }}', '{{ data | alias_preserve_length: 2, 2 }}', '{{ data }}', '{{ data | alias_card: 9, 9 }}', '{{ data | slice: 0, 4 }}') },
 );
 
 const expiresAt = fc.constantFrom<Json>('2099-01-01T00:00:00Z', '2099-12-31T23:59:59.999+02:00', '2000-01-01T00:00:00Z', 'tomorrow', '2099-13-40T00:00:00Z', 0, null);
+
+/** Data for the typed tokens: digit strings of every length, SSN and EIN shapes, bank objects, junk. */
+const typedData: fc.Arbitrary<Json> = fc.oneof(
+  { weight: 3, arbitrary: fc.stringMatching(/^[0-9]{0,20}$/) as fc.Arbitrary<Json> },
+  { weight: 2, arbitrary: fc.stringMatching(/^[0-9]{2,3}-[0-9]{2,7}(-[0-9]{4})?$/) as fc.Arbitrary<Json> },
+  { weight: 2, arbitrary: fc.tuple(fc.stringMatching(/^[0-9]{8,10}$/), fc.stringMatching(/^[0-9]{1,18}$/)).map(([r, a]) => new Obj([['routing_number', r], ['account_number', a]]) as Json) },
+  { weight: 1, arbitrary: fc.constantFrom<Json>(null, 1, [], new Obj([]), new Obj([['routing_number', 1]]), '011000015', '078-05-1120', '12-3456789') },
+  { weight: 1, arbitrary: plaintext as fc.Arbitrary<Json> },
+);
 
 const typeAndData: fc.Arbitrary<Array<[string, Json]>> = fc.oneof(
   { weight: 6, arbitrary: fc.oneof({ weight: 12, arbitrary: plaintext as fc.Arbitrary<Json> }, { weight: 1, arbitrary: fc.constantFrom<Json>(1, null, true, [], new Obj([])) }).map((d): Array<[string, Json]> => [['type', 'token'], ['data', d]]) },
   { weight: 3, arbitrary: cardData.map((d): Array<[string, Json]> => [['type', 'card'], ['data', d]]) },
   { weight: 1, arbitrary: fc.tuple(fc.constantFrom<Json>('Token', 'cards', '', 1, null, 'toString', '__proto__'), plaintext).map(([ty, d]): Array<[string, Json]> => [['type', ty], ['data', d]]) },
+  // The typed tokens of issue 26, with data that fits some type or none.
+  { weight: 2, arbitrary: fc.tuple(fc.constantFrom<Json>('card_number', 'bank', 'us_bank_routing_number', 'us_bank_account_number', 'social_security_number', 'employer_id_number'), typedData).map(([ty, d]): Array<[string, Json]> => [['type', ty], ['data', d]]) },
 );
 
 /** Optional members: each present in about one definition in four, usually well-formed. */
