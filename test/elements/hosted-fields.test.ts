@@ -134,16 +134,18 @@ t.test('a shop page collects a card through the hosted field', { skip }, async (
 t.test('a composite body: a card field and a text field in one /tokenize', { skip }, async (t) => {
   let tpBase = '';
   const shop = await pageServer(t, () => ({
-    '/checkout': `<!doctype html><html><body><div id="card"></div><div id="note"></div>
+    '/checkout': `<!doctype html><html><body><div id="card"></div><div id="note"></div><div id="ssn"></div>
 <script src="${tpBase}/elements/v1/elements.js"></script>
 <script>
   const el = TokenproxyElements.init({ baseUrl: '${tpBase}', apiKey: '${KEYS.public}' });
   const card = el.create('card');
   const note = el.create('text', { type: 'token', placeholder: 'Note' });
+  const ssn = el.create('text', { type: 'social_security_number' });
   card.mount('#card');
   note.mount('#note');
-  window.fields = { card, note };
-  window.doTokenize = () => el.tokenize({ a: card, b: note, c: 'plain' });
+  ssn.mount('#ssn');
+  window.fields = { card, note, ssn };
+  window.doTokenize = () => el.tokenize({ a: card, b: note, c: 'plain', d: ssn });
 </script></body></html>`,
   }));
   const cfg = baseConfig() as { tenants: Array<{ applications: Array<Record<string, unknown>> }> };
@@ -161,6 +163,7 @@ t.test('a composite body: a card field and a text field in one /tokenize', { ski
   const noteFrame = page.frameLocator('#note iframe');
   t.equal(await noteFrame.locator('#value').getAttribute('placeholder'), 'Note', 'the placeholder option');
   await noteFrame.locator('#value').pressSequentially('deliver to the back door', { delay: 2 });
+  await page.frameLocator('#ssn iframe').locator('#value').pressSequentially('536-22-8711', { delay: 2 });
   const out = (await page.evaluate(() => (window as unknown as { doTokenize(): Promise<Record<string, unknown>> }).doTokenize())) as Record<string, Record<string, unknown> | string>;
   t.equal((out.a as Record<string, unknown>).type, 'card', 'the bare card field became a card token');
   t.match(out.b, /^[0-9a-f-]{36}$/, 'the text field became a token id');
@@ -170,13 +173,17 @@ t.test('a composite body: a card field and a text field in one /tokenize', { ski
   t.equal(a.body.data.expiration_year, 2030, 'MMYY typed becomes month 07, year 2030');
   const b = await svc.call('GET', `/tokens/${out.b as string}`, { key: KEYS.private });
   t.equal(b.body.data, 'deliver to the back door', 'the text read back');
+  const d = out.d as Record<string, unknown>;
+  t.equal(d.type, 'social_security_number', 'a typed text field became a token of its type (issue 26)');
+  t.same(d.containers, ['/pii/high/']);
+  t.equal((await svc.call('GET', `/tokens/${d.id as string}`, { key: KEYS.private })).body.data, '536-22-8711', 'the SSN read back');
 
   // An incomplete field: nothing is sent, the promise rejects with `incomplete`.
   await page.evaluate(() => (window as unknown as { fields: { note: { clear(): void } } }).fields.note.clear());
   const refused = await page.evaluate(() => (window as unknown as { doTokenize(): Promise<unknown> }).doTokenize().then(() => 'resolved', (e: { problem?: { code?: string } }) => e.problem?.code ?? 'no code'));
   t.equal(refused, 'incomplete', 'an empty field: the tokenize promise rejects with incomplete');
   const list = await svc.call('GET', '/tokens?size=100', { key: KEYS.private });
-  t.equal(list.body.data.length, 3, 'and nothing more was created');
+  t.equal(list.body.data.length, 4, 'and nothing more was created');
 
   await page.evaluate(() => (window as unknown as { fields: { card: { unmount(): void } } }).fields.card.unmount());
   t.equal(await page.locator('#card iframe').count(), 0, 'unmount() removes the frame');
