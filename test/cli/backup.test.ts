@@ -87,7 +87,7 @@ t.test('backup while the service writes: 0600 with umask 000; restore into a fre
   t.same(readdirSync(backups), ['b1.db'], 'no temporary file left, no -wal beside the copy');
 
   const copy = new Sqlite(file, { readonly: true, fileMustExist: true });
-  const tokens = (copy.prepare('SELECT count(*) AS n FROM tokens').get() as { n: number }).n;
+  const tokens = (copy.prepare('SELECT count(*) AS n FROM vault_tokens').get() as { n: number }).n;
   copy.close();
   t.ok(tokens >= acknowledged.size, `the copy holds ${tokens} tokens`);
 
