@@ -133,6 +133,23 @@ t.test('usage and refusals: a bad --batch (2), a wrong master key (1, nothing ch
   t.equal(hash(f.db), before, 'nothing was changed');
 });
 
+t.test('on a terminal: a progress bar redrawn in place', async (t) => {
+  const f = prepare('tty');
+  let stdout = '';
+  const saved = process.env.TOKENPROXY_MASTER_KEY;
+  process.env.TOKENPROXY_MASTER_KEY = MASTER_KEY;
+  try {
+    const io = { out: (x: string) => void (stdout += x), err: (x: string) => void (stdout += x), stdin: () => '', tty: true };
+    t.equal(await runCli(['migrate', '--batch', '10', '--config', f.config], io), 0, stdout);
+  } finally {
+    if (saved === undefined) delete process.env.TOKENPROXY_MASTER_KEY;
+    else process.env.TOKENPROXY_MASTER_KEY = saved;
+  }
+  t.match(stdout, '\r[------------------------------]   0%  0/22 tokens\r[##############----------------]  45%  10/22 tokens');
+  t.match(stdout, '\r[##############################] 100%  22/22 tokens\ndone: 22 token(s), as before');
+  t.notMatch(stdout, /converted \d+ of/, 'no plain progress lines');
+});
+
 t.test('migrated by the CLI, the service reads every token of the fixture back over HTTP', async (t) => {
   const f = prepare('migrated');
   const r = await cli(['migrate', '--batch', '5', '--config', f.config]);
