@@ -272,6 +272,23 @@ export class Dict {
   }
 }
 
+/** A token's columns as stored: dict numbers and packed values. */
+export interface StoredColumns {
+  tenant: number;
+  id: Packed;
+  type: number;
+  container: number;
+  sealed: Packed;
+  fingerprint: Packed | null;
+  expires_ms: number | null;
+  cvc_sealed: Packed | null;
+  cvc_expires_ms: number | null;
+  created_by: number;
+  created_ms: number;
+  fp_expr: number | null;
+  rest: string | null;
+}
+
 /** The side entries of one token (search hashes, metadata pairs), for the write statements. */
 export interface SideEntries {
   index_hashes: readonly string[];
@@ -302,20 +319,25 @@ export class TokenWrites {
     this.#deleteMeta = db.prepare('DELETE FROM vault_meta WHERE seq = ?');
   }
 
-  /** The numeric and binary values of the columns that update and insert bind. */
-  bind(c: TokenColumns): unknown[] {
+  /** The stored (numeric and binary) values of the columns, named as update binds them. */
+  bind(c: TokenColumns): StoredColumns {
     const d = this.dict;
-    return [
-      d.number(c.tenant), packId(c.id), d.number(c.type), d.number(c.container), packSealed(c.sealed),
-      c.fingerprint === null ? null : packHex(c.fingerprint), c.expires_ms, c.cvc_sealed === null ? null : packSealed(c.cvc_sealed),
-      c.cvc_expires_ms, d.number(c.created_by), c.created_ms, c.fp_expr === null ? null : d.number(c.fp_expr),
-    ];
+    return {
+      tenant: d.number(c.tenant), id: packId(c.id), type: d.number(c.type), container: d.number(c.container), sealed: packSealed(c.sealed),
+      fingerprint: c.fingerprint === null ? null : packHex(c.fingerprint), expires_ms: c.expires_ms,
+      cvc_sealed: c.cvc_sealed === null ? null : packSealed(c.cvc_sealed), cvc_expires_ms: c.cvc_expires_ms,
+      created_by: d.number(c.created_by), created_ms: c.created_ms, fp_expr: c.fp_expr === null ? null : d.number(c.fp_expr), rest: c.rest,
+    };
   }
 
   insert(c: TokenColumns, side: SideEntries, dedupe: boolean, seq: number | null = null): number {
-    const values = this.bind(c);
-    const at = Number(this.#insert.run(seq, ...values, dedupe ? 1 : null, c.rest).lastInsertRowid);
-    this.writeSide(values[0] as number, side, at);
+    const v = this.bind(c);
+    // Positional: binding by name looks every parameter up on an object, per row.
+    const at = Number(this.#insert.run(
+      seq, v.tenant, v.id, v.type, v.container, v.sealed, v.fingerprint, v.expires_ms, v.cvc_sealed, v.cvc_expires_ms,
+      v.created_by, v.created_ms, v.fp_expr, dedupe ? 1 : null, v.rest,
+    ).lastInsertRowid);
+    this.writeSide(v.tenant, side, at);
     return at;
   }
 

@@ -184,11 +184,8 @@ export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) 
         const tenant = dict.find(c.tenant);
         const live = tenant === null ? undefined : s.liveSeq.get(tenant, packId(c.id), Date.now());
         if (!live) return false;
-        const v = tokens.bind(c);
-        s.update.run({
-          type: v[2], container: v[3], sealed: v[4], fingerprint: v[5], expires_ms: v[6], cvc_sealed: v[7], cvc_expires_ms: v[8],
-          created_by: v[9], created_ms: v[10], fp_expr: v[11], rest: c.rest, seq: live.seq,
-        });
+        const { tenant: _tenant, id: _id, ...v } = tokens.bind(c);
+        s.update.run({ ...v, seq: live.seq });
         tokens.clearSide(live.seq);
         tokens.writeSide(tenant!, w.row, live.seq);
         return true;
