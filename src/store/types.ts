@@ -165,7 +165,7 @@ export type StoreKind = 'embedded' | 'redis' | 'postgres';
 
 /**
  * A backend's on-disk (or in-RAM) format upgrade (issue 24 item 3), run by `tokenproxy migrate`
- * (src/cli/migrate.ts) through `Store.migrator()`. Resumable: every step commits its progress in
+ * (src/commands/migrate.ts) through `Store.migrator()`. Resumable: every step commits its progress in
  * the store itself, so a migration killed with -9 goes on from where it stood on the next run.
  * Records keep their ciphertext as it is (nothing is decrypted to migrate).
  */

@@ -87,7 +87,7 @@ t.test('backup while the service writes: 0600 with umask 000; restore into a fre
   t.same(readdirSync(backups), ['b1.db'], 'no temporary file left, no -wal beside the copy');
 
   const copy = new Sqlite(file, { readonly: true, fileMustExist: true });
-  const tokens = (copy.prepare('SELECT count(*) AS n FROM tokens').get() as { n: number }).n;
+  const tokens = (copy.prepare('SELECT count(*) AS n FROM vault_tokens').get() as { n: number }).n;
   copy.close();
   t.ok(tokens >= acknowledged.size, `the copy holds ${tokens} tokens`);
 
@@ -95,7 +95,7 @@ t.test('backup while the service writes: 0600 with umask 000; restore into a fre
   const freshConfig = configFor('fresh.json', freshStore);
   const restored = await cli(['restore', file, '--config', freshConfig]);
   t.equal(restored.code, 0, restored.stderr);
-  t.equal(restored.stdout, `restored ${file} to ${freshStore} (${tokens} token(s), schema version 5); start the service with the master key it was made under (id ${keyId}: a start with another key fails naming both ids)\n`);
+  t.equal(restored.stdout, `restored ${file} to ${freshStore} (${tokens} token(s), schema version 6); start the service with the master key it was made under (id ${keyId}: a start with another key fails naming both ids)\n`);
   t.equal(mode(freshStore), 0o600, 'the restored store is 0600');
   t.equal(mode(join(root, 'fresh', 'data')), 0o700, 'its new directory 0700');
 

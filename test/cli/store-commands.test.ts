@@ -1,8 +1,8 @@
 /**
  * Issue 31 finding 7: the CLI commands that read a store never create one. Run as child processes
  * from chosen working directories: a relative `store.path` is resolved against the working
- * directory by the service and by the commands alike; from another directory `verify-audit` and
- * `rotate-data-key` exit 1 naming the path they looked at, and create neither the file, its
+ * directory by the service and by the commands alike; from another directory `verify-audit`,
+ * `rotate-data-key` and `migrate` (issue 24) exit 1 naming the path they looked at, and create neither the file, its
  * directory nor a development master key; an unknown tenant or one without a chain head exits 2
  * naming it.
  */
@@ -73,7 +73,7 @@ writeFileSync(config, JSON.stringify({ ...baseConfig(), store: { kind: 'embedded
 const masterKey = randomBytes(32).toString('base64');
 
 t.test('from another working directory: exit 1 naming the path, nothing created', async (t) => {
-  for (const args of [['verify-audit', '--tenant', TENANT_A], ['rotate-data-key']]) {
+  for (const args of [['verify-audit', '--tenant', TENANT_A], ['rotate-data-key'], ['migrate']]) {
     for (const env of [{}, { TOKENPROXY_MASTER_KEY: masterKey }] as Array<Record<string, string>>) {
       const what = `${args[0]} (${'TOKENPROXY_MASTER_KEY' in env ? 'master key set' : 'no master key: a development key would be looked for'})`;
       const r = await cli(otherDir, [...args, '--config', config], env);

@@ -21,7 +21,7 @@ await fuzzStore(t, {
     countTokens: async (s) => {
       const db = new Database(join(s.dataDir, 'tokens.db'), { readonly: true, fileMustExist: true });
       try {
-        return (db.prepare('SELECT COUNT(*) AS n FROM tokens WHERE tenant_id = ?').get(TENANT_A) as { n: number }).n;
+        return (db.prepare('SELECT COUNT(*) AS n FROM vault_tokens WHERE tenant = (SELECT n FROM dict WHERE s = ?)').get(TENANT_A) as { n: number }).n;
       } finally {
         db.close();
       }

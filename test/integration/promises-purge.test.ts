@@ -22,6 +22,7 @@ import { buildConfig } from '../../src/config/load.js';
 import { createLogger } from '../../src/log.js';
 import { startService } from '../../src/server.js';
 import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
+import { packId } from '../../src/store/embedded/format.js';
 import { slotOf } from '../../src/http/idempotency.js';
 import { APP_PRIVATE, TENANT_A, baseConfig, call } from '../helpers/service.js';
 import { cvcPattern, randomCard, randomCvc } from '../helpers/secrets.js';
@@ -67,9 +68,10 @@ t.test('the cvc: used while retained, purged from the store by the service after
   const after = Date.now();
   t.equal(created.status, 201, created.text);
   const id = created.body.id as string;
-  const row = () => s.query<{ cvc_sealed: string | null; cvc_expires_ms: number | null }>('SELECT cvc_sealed, cvc_expires_ms FROM tokens WHERE id = ?', id)[0]!;
+  // Format 6 (issue 24): ids and ciphertext are BLOBs in vault_tokens.
+  const row = () => s.query<{ cvc_sealed: Buffer | null; cvc_expires_ms: number | null }>('SELECT cvc_sealed, cvc_expires_ms FROM vault_tokens WHERE id = ?', packId(id))[0]!;
   const stored = row();
-  t.type(stored.cvc_sealed, 'string', 'the cvc is stored (sealed)');
+  t.ok(Buffer.isBuffer(stored.cvc_sealed), 'the cvc is stored (sealed)');
   t.ok(stored.cvc_expires_ms! >= before + RETENTION_S * 1000 && stored.cvc_expires_ms! <= after + RETENTION_S * 1000,
     `it is due cvc_retention_seconds after the create (${stored.cvc_expires_ms! - before} ms)`);
 

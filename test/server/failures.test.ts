@@ -13,15 +13,11 @@ t.test('a stored record tampered with underneath the service answers 500 interna
   const created = await s.call('POST', '/tokens', { body: { type: 'token', data: 'a-value' } });
   t.equal(created.status, 201);
   const db = new Database(join(s.dataDir, 'tokens.db'));
-  const row = db.prepare('SELECT seq, record FROM tokens').get() as { seq: number; record: string };
-  const record = JSON.parse(row.record) as { sealed: string };
-  // Change a character inside the ciphertext (not the last one: in base64 its low bits may be
-  // padding the decoder ignores, so 'A'/'B' there could decode to the same bytes): the GCM tag
-  // no longer matches.
-  const at = record.sealed.length - 5;
-  const swapped = record.sealed[at] === 'A' ? 'B' : 'A';
-  record.sealed = record.sealed.slice(0, at) + swapped + record.sealed.slice(at + 1);
-  db.prepare('UPDATE tokens SET record = ? WHERE seq = ?').run(JSON.stringify(record), row.seq);
+  // Format 6 (issue 24): the ciphertext is a BLOB; flip one bit inside it, the GCM tag no longer matches.
+  const row = db.prepare('SELECT seq, sealed FROM vault_tokens').get() as { seq: number; sealed: Buffer };
+  const sealed = Buffer.from(row.sealed);
+  sealed[sealed.length - 5]! ^= 1;
+  db.prepare('UPDATE vault_tokens SET sealed = ? WHERE seq = ?').run(sealed, row.seq);
   db.close();
   const read = await s.call('GET', `/tokens/${created.body.id}`);
   t.equal(read.status, 500, read.text);

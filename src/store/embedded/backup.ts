@@ -105,13 +105,15 @@ function checkStore(db: Database.Database, what: string): Omit<RestoreResult, 'b
   if (check !== 'ok') throw new Error(`${what} is damaged: SQLite's quick_check failed`);
   const version = Number(db.pragma('user_version', { simple: true }));
   const tables = new Set((db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all() as Array<{ name: string }>).map((r) => r.name));
-  if (version < 1 || !tables.has('tokens') || !tables.has('data_keys')) {
+  // Format 6 (issue 24) keeps tokens in vault_tokens; older formats in tokens.
+  const tokenTable = version >= 6 ? 'vault_tokens' : 'tokens';
+  if (version < 1 || !tables.has(tokenTable) || !tables.has('data_keys')) {
     throw new Error(`${what} is an SQLite database but not a tokenproxy store (no tokens and data_keys tables of a known schema version)`);
   }
   if (version > SCHEMA_VERSION) {
     throw new Error(`${what} has schema version ${version}, newer than this tokenproxy understands (${SCHEMA_VERSION}): restore it with the version that made it`);
   }
-  const tokens = (db.prepare('SELECT count(*) AS n FROM tokens').get() as { n: number }).n;
+  const tokens = (db.prepare(`SELECT count(*) AS n FROM ${tokenTable}`).get() as { n: number }).n;
   const wrapped = (db.prepare('SELECT wrapped FROM data_keys ORDER BY ord').all() as Array<{ wrapped: string }>).map((r) => r.wrapped.split('.')[1] ?? '?');
   return { schemaVersion: version, tokens, masterKeyIds: [...new Set(wrapped)] };
 }
