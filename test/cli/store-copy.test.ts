@@ -206,7 +206,7 @@ if (pgServer && redis) {
     t.equal(r.code, 0, r.output);
     t.match(r.output, `tenant ${TENANT_A}: 280 token(s)`);
     t.equal(await count(db, 'SELECT count(*) AS n FROM tokenproxy.tokens'), total, 'every token, once');
-    t.equal(await count(db, 'SELECT count(DISTINCT (tenant_id, id)) AS n FROM tokenproxy.tokens'), total, 'no duplicate');
+    t.equal(await count(db, 'SELECT count(DISTINCT (tenant, id, custom_id)) AS n FROM tokenproxy.tokens'), total, 'no duplicate');
     for (const [tenant, head] of sourceHeads) t.equal(await headOf(cfg, tenant), head, `tenant ${tenant}: verify-audit passes with the source's head`);
   });
 
