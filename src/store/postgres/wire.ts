@@ -5,7 +5,7 @@
  * the shape of what it is given; the common shapes take far fewer bytes:
  *
  * - sealed values (`v1.<kid>.<iv>.<body>`, base64url, crypto/keyring.ts): bytea, the iv and body
- *   as raw bytes (a quarter smaller than base64);
+ *   as raw bytes (a quarter smaller than base64), the iv's length left out when it is 12;
  * - digests (fingerprints, search-index hashes: lowercase hex): bytea, half the size;
  * - token ids: a `uuid` (16 bytes) when the id is a lowercase UUID as the service makes them, else
  *   the text in `custom_id`;
@@ -17,6 +17,8 @@
 const AS_TEXT = 0;
 const SEALED_V1 = 1;
 const HEX = 2;
+/** SEALED_V1 with the 12-byte iv every seal uses (crypto/keyring.ts): no iv length byte. */
+const SEALED_V1_IV12 = 3;
 
 const B64URL = /^[A-Za-z0-9_-]+$/;
 const KID = /^[A-Za-z0-9_-]{1,64}$/;
@@ -46,6 +48,7 @@ export function encodeSealed(sealed: string): Buffer {
     const body = b64(parts[3]!);
     if (iv && body && iv.length < 256) {
       const kid = Buffer.from(parts[1]!, 'latin1');
+      if (iv.length === 12) return Buffer.concat([Buffer.from([SEALED_V1_IV12, kid.length]), kid, iv, body]);
       return Buffer.concat([Buffer.from([SEALED_V1, kid.length]), kid, Buffer.from([iv.length]), iv, body]);
     }
   }
@@ -53,6 +56,10 @@ export function encodeSealed(sealed: string): Buffer {
 }
 
 export function decodeSealed(b: Buffer): string {
+  if (b[0] === SEALED_V1_IV12) {
+    const kidEnd = 2 + b[1]!;
+    return `v1.${b.toString('latin1', 2, kidEnd)}.${b.subarray(kidEnd, kidEnd + 12).toString('base64url')}.${b.subarray(kidEnd + 12).toString('base64url')}`;
+  }
   if (b[0] === SEALED_V1) {
     const kidEnd = 2 + b[1]!;
     const ivEnd = kidEnd + 1 + b[kidEnd]!;
