@@ -16,6 +16,7 @@ import { loadFullConfig } from './model/compile.js';
 import type { ProcessOutcome } from './pid-file.js';
 import { migrateCommand } from './commands/migrate.js';
 import type { ProductionCheck, StartupNotice } from './production.js';
+import { STORE_COPY_USAGE } from './commands/store-copy-usage.js';
 
 export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;
@@ -461,6 +462,21 @@ const commands: Record<string, Command> = {
     },
   },
   migrate: migrateCommand,
+  store: {
+    summary: 'copy a vault to another store (tokenproxy store copy --from CONFIG --to CONFIG)',
+    usage: STORE_COPY_USAGE,
+    options: { from: { type: 'string' }, to: { type: 'string' }, batch: { type: 'string' } },
+    positional: 'subcommand',
+    async run(values, io) {
+      // issue 24 item 4: src/commands/store-copy.ts; `store` alone, or another word, is a usage error.
+      if (values.subcommand !== 'copy') {
+        io.err(`tokenproxy store: ${values.subcommand === undefined ? 'give a subcommand' : `unknown subcommand "${String(values.subcommand)}"`}: tokenproxy store copy --from CONFIG --to CONFIG; see tokenproxy store --help\n`);
+        return EXIT_USAGE;
+      }
+      const { storeCopyCommand } = await import('./commands/store-copy.js');
+      return storeCopyCommand(values, { ...io, tty: io === processIo && process.stderr.isTTY === true });
+    },
+  },
   'gen-master-key': {
     summary: 'generate a new master key (base64 of 32 random bytes)',
     usage: 'tokenproxy gen-master-key\n\nPrints a new master key for TOKENPROXY_MASTER_KEY or secrets.master_key_file. Keep it out of the\nrepository and back it up apart from the store: without it no token can be read.',

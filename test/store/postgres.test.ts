@@ -14,7 +14,8 @@ import { buildConfig } from '../../src/config/load.js';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { StoreUnavailableError } from '../../src/store/types.js';
+import { StoreFormatError, StoreUnavailableError } from '../../src/store/types.js';
+import { MIGRATIONS } from '../../src/store/postgres/schema.js';
 import { AUDIT_TENANT, auditInput, checkChain, SIGN } from './audit-contract.js';
 import { randomUUID } from 'node:crypto';
 import { inspect } from 'node:util';
@@ -141,6 +142,39 @@ function registerSchemaTests(t: Test, server: PostgresServer, open: (t: Test, ur
     const r = makeRecord();
     await stores[0]!.tokens.insertMany([r]);
     t.same(await stores[7]!.tokens.get(TENANT_A, r.id), r, 'every instance sees the same tables');
+  });
+
+  t.test('a version-1 database (the pre-release format, issue 24 item 2): refused while it holds tokens, upgraded when it holds none', async (t) => {
+    const v1 = async (withToken: boolean) => {
+      const db = await server.database(t);
+      const client = new pg.Client(db.url);
+      await client.connect();
+      t.teardown(() => client.end());
+      await client.query('CREATE SCHEMA tokenproxy');
+      await client.query('CREATE TABLE tokenproxy.schema_version (one boolean PRIMARY KEY DEFAULT true CHECK (one), version integer NOT NULL)');
+      await client.query(MIGRATIONS[0]!);
+      await client.query('INSERT INTO tokenproxy.schema_version (version) VALUES (1)');
+      await client.query("INSERT INTO tokenproxy.data_keys (kid, wrapped, created_at) VALUES ('k1', 'w1.x.y', '2026-01-01T00:00:00.000Z')");
+      if (withToken) {
+        await client.query(`INSERT INTO tokenproxy.tokens (tenant_id, id, type, container, sealed, metadata, search_indexes, index_hashes, created_by, created_at)
+          VALUES ($1, 'old-1', 'token', '/general/', 'v1.k1.aaaa.bbbb', '{}', '{}', '{}', 'app', '2026-01-01T00:00:00.000Z')`, [TENANT_A]);
+      }
+      return { db, client };
+    };
+    const full = await v1(true);
+    const err = await PostgresStore.connect({ url: full.db.url }).then(() => null, (e: unknown) => e);
+    t.ok(err instanceof StoreFormatError, `StoreFormatError (${String(err)})`);
+    t.match(err instanceof Error ? err.message : '', /format 1, this version reads format 2: .*pre-release/, 'names both versions');
+    t.same((await full.client.query('SELECT version FROM tokenproxy.schema_version')).rows, [{ version: 1 }], 'nothing changed');
+    t.equal((await full.client.query('SELECT count(*)::int AS n FROM tokenproxy.tokens')).rows[0].n, 1, 'the token is still there');
+
+    const empty = await v1(false);
+    const store = await open(t, empty.db.url);
+    t.same((await empty.client.query('SELECT version FROM tokenproxy.schema_version')).rows, [{ version: SCHEMA_VERSION }], 'upgraded');
+    t.same((await store.dataKeys.listDataKeys()).map((k) => k.kid), ['k1'], 'the data keys kept');
+    const r = makeRecord();
+    await store.tokens.insertMany([r]);
+    t.same(await store.tokens.get(TENANT_A, r.id), r, 'tokens written and read in the new format');
   });
 
   t.test('a schema newer than the code: refused, naming both versions', async (t) => {

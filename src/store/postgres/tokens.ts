@@ -8,71 +8,116 @@
  * that tenant, type, container and fingerprint (with or without the slot) is returned instead;
  * an expired slot holder gives the slot up first.
  *
+ * The row is the compact format of schema version 2 (wire.ts, names.ts): the tenant and the
+ * repeated names are numbers, ciphertext and digests bytea, the id a uuid (or custom_id), times
+ * epoch ms; a query names its tenant, so rows carry no tenant id to decode.
+ *
  * Lists are one query: every filter, the caller's container scope (first matching prefix
  * decides) and expiry in SQL, newest first by `seq`, size + 1 rows to know whether a page follows.
  */
 import type pg from 'pg';
-import { checkPage, decodeCursor, encodeCursor, timeMs } from '../codec.js';
+import { checkPage, decodeCursor, encodeCursor } from '../codec.js';
 import { DuplicateTokenError, StoreUnavailableError, type InsertOptions, type Page, type PageResult, type StoredToken, type TokenFilter, type TokenPort } from '../types.js';
+import { Names } from './names.js';
 import { isUniqueViolation, query, transaction } from './pool.js';
+import { decodeDigest, decodeSealed, decodeTime, encodeDigest, encodeSealed, encodeTime, splitId, splitIds } from './wire.js';
 
 const T = 'tokenproxy.tokens';
 
-const COLUMNS = `seq, tenant_id, id, type, container, sealed, cvc_sealed, cvc_expires_at, cvc_expires_ms, metadata, search_indexes,
-  index_hashes, fingerprint, fingerprint_expression, mask, created_by, created_at, modified_by, modified_at, expires_at`;
+const COLUMNS = `seq, id, custom_id, type, container, sealed, cvc_sealed, cvc_expires_ms, cvc_expires_text, metadata, search_indexes,
+  index_hashes, fingerprint, fingerprint_expression, mask, created_by, created_ms, created_text, modified_by, modified_ms, modified_text,
+  expires_ms, expires_text`;
 
 interface Row {
   seq: string;
-  tenant_id: string;
-  id: string;
+  id: string | null;
+  custom_id: string | null;
   type: string;
   container: string;
-  sealed: string;
-  cvc_sealed: string | null;
-  cvc_expires_at: string | null;
+  sealed: Buffer;
+  cvc_sealed: Buffer | null;
   cvc_expires_ms: string | null;
-  metadata: Record<string, string>;
-  search_indexes: string[];
-  index_hashes: string[];
-  fingerprint: string | null;
-  fingerprint_expression: string | null;
-  mask: string | null;
-  created_by: string;
-  created_at: string;
-  modified_by: string | null;
-  modified_at: string | null;
-  expires_at: string | null;
+  cvc_expires_text: string | null;
+  metadata: Record<string, string> | null;
+  search_indexes: string[] | null;
+  index_hashes: Buffer[] | null;
+  fingerprint: Buffer | null;
+  fingerprint_expression: number | null;
+  mask: number | null;
+  created_by: number;
+  created_ms: string;
+  created_text: string | null;
+  modified_by: number | null;
+  modified_ms: string | null;
+  modified_text: string | null;
+  expires_ms: string | null;
+  expires_text: string | null;
 }
 
 /** Live at `now` (the parameter's number): never expired, or expiring later. */
 const live = (now: string): string => `(expires_ms IS NULL OR expires_ms > ${now})`;
 
-function decode(r: Row, now: number): StoredToken {
-  if (typeof r.metadata !== 'object' || r.metadata === null || !Array.isArray(r.index_hashes)) {
-    throw new StoreUnavailableError('a stored token record is corrupt');
-  }
-  // A cvc past cvc_expires_at is never returned, whether or not purgeCvc has run yet.
-  const cvcLive = r.cvc_expires_ms === null || Number(r.cvc_expires_ms) > now;
-  return {
-    tenant_id: r.tenant_id, id: r.id, type: r.type, container: r.container, sealed: r.sealed,
-    cvc_sealed: cvcLive ? r.cvc_sealed : null, cvc_expires_at: r.cvc_expires_at, metadata: r.metadata,
-    search_indexes: r.search_indexes, index_hashes: r.index_hashes, fingerprint: r.fingerprint,
-    fingerprint_expression: r.fingerprint_expression, mask: r.mask, created_by: r.created_by, created_at: r.created_at,
-    modified_by: r.modified_by, modified_at: r.modified_at, expires_at: r.expires_at,
-  };
+/** A row's id condition: `$n` the uuid, `$m` the custom id (one of them null). */
+const idIs = (uuid: string, custom: string): string => `(id = ${uuid}::uuid OR custom_id = ${custom}::text)`;
+
+function nameOf(names: Map<number, string>, no: number | null): string | null {
+  if (no === null) return null;
+  const n = names.get(no);
+  if (n === undefined) throw new StoreUnavailableError('a stored token record is corrupt');
+  return n;
 }
 
-/** The values of every column but seq and dedupe_slot, in INSERT_COLUMNS order; validates dates. */
-function values(r: StoredToken): unknown[] {
+/** The rows' records (their names read in one go). */
+async function decodeRows(names: Names, tenantId: string, rows: Row[], now: number): Promise<StoredToken[]> {
+  const dict = await names.names(rows.flatMap((r) => [r.fingerprint_expression, r.mask, r.created_by, r.modified_by]));
+  return rows.map((r) => {
+    const id = r.id ?? r.custom_id;
+    if (id === null || !Buffer.isBuffer(r.sealed)) throw new StoreUnavailableError('a stored token record is corrupt');
+    // A cvc past cvc_expires_at is never returned, whether or not purgeCvc has run yet.
+    const cvcLive = r.cvc_expires_ms === null || Number(r.cvc_expires_ms) > now;
+    return {
+      tenant_id: tenantId, id, type: r.type, container: r.container, sealed: decodeSealed(r.sealed),
+      cvc_sealed: cvcLive && r.cvc_sealed !== null ? decodeSealed(r.cvc_sealed) : null,
+      cvc_expires_at: decodeTime(r.cvc_expires_ms, r.cvc_expires_text), metadata: r.metadata ?? {},
+      search_indexes: r.search_indexes ?? [], index_hashes: (r.index_hashes ?? []).map(decodeDigest),
+      fingerprint: r.fingerprint === null ? null : decodeDigest(r.fingerprint),
+      fingerprint_expression: nameOf(dict, r.fingerprint_expression), mask: nameOf(dict, r.mask),
+      created_by: nameOf(dict, r.created_by)!, created_at: decodeTime(r.created_ms, r.created_text)!,
+      modified_by: nameOf(dict, r.modified_by), modified_at: decodeTime(r.modified_ms, r.modified_text), expires_at: decodeTime(r.expires_ms, r.expires_text),
+    };
+  });
+}
+
+/** The values of every column but seq and dedupe_slot, in INSERT_COLUMNS order; validates dates first. */
+function values(r: StoredToken, tenant: number, dict: Map<string, number>): unknown[] {
+  const created = encodeTime(r.created_at, 'created_at');
+  const modified = encodeTime(r.modified_at, 'modified_at');
+  const expires = encodeTime(r.expires_at, 'expires_at');
+  const cvcExpires = encodeTime(r.cvc_expires_at, 'cvc_expires_at');
+  const { uuid, custom } = splitId(r.id);
+  const no = (n: string | null): number | null => (n === null ? null : dict.get(n)!);
   return [
-    r.tenant_id, r.id, r.type, r.container, r.sealed, r.cvc_sealed, r.cvc_expires_at, timeMs(r.cvc_expires_at, 'cvc_expires_at'),
-    JSON.stringify(r.metadata), r.search_indexes, r.index_hashes, r.fingerprint, r.fingerprint_expression, r.mask,
-    r.created_by, r.created_at, r.modified_by, r.modified_at, r.expires_at, timeMs(r.expires_at, 'expires_at'),
+    tenant, uuid, custom, r.type, r.container, encodeSealed(r.sealed), r.cvc_sealed === null ? null : encodeSealed(r.cvc_sealed),
+    cvcExpires.ms, cvcExpires.text, Object.keys(r.metadata).length === 0 ? null : JSON.stringify(r.metadata),
+    r.search_indexes.length === 0 ? null : r.search_indexes, r.index_hashes.length === 0 ? null : r.index_hashes.map(encodeDigest),
+    r.fingerprint === null ? null : encodeDigest(r.fingerprint), no(r.fingerprint_expression), no(r.mask), no(r.created_by),
+    created.ms, created.text, no(r.modified_by), modified.ms, modified.text, expires.ms, expires.text,
   ];
 }
-const INSERT_COLUMNS = `tenant_id, id, type, container, sealed, cvc_sealed, cvc_expires_at, cvc_expires_ms, metadata, search_indexes,
-  index_hashes, fingerprint, fingerprint_expression, mask, created_by, created_at, modified_by, modified_at, expires_at, expires_ms`;
-const PLACEHOLDERS = Array.from({ length: 20 }, (_, i) => `$${i + 1}`).join(', ');
+const INSERT_COLUMNS = `tenant, id, custom_id, type, container, sealed, cvc_sealed, cvc_expires_ms, cvc_expires_text, metadata, search_indexes,
+  index_hashes, fingerprint, fingerprint_expression, mask, created_by, created_ms, created_text, modified_by, modified_ms, modified_text,
+  expires_ms, expires_text`;
+const PLACEHOLDERS = Array.from({ length: 23 }, (_, i) => `$${i + 1}`).join(', ');
+
+/** Validates the dates of every record before anything is sent (TypeError). */
+function checkDates(records: readonly StoredToken[]): void {
+  for (const r of records) {
+    encodeTime(r.created_at, 'created_at');
+    encodeTime(r.modified_at, 'modified_at');
+    encodeTime(r.expires_at, 'expires_at');
+    encodeTime(r.cvc_expires_at, 'cvc_expires_at');
+  }
+}
 
 /** The first id that repeats in the batch, or null. */
 function repeatedId(records: readonly StoredToken[]): string | null {
@@ -86,66 +131,79 @@ function repeatedId(records: readonly StoredToken[]): string | null {
 }
 
 export class PostgresTokens implements TokenPort {
-  constructor(private readonly pool: pg.Pool) {}
+  readonly #names: Names;
+
+  constructor(private readonly pool: pg.Pool) {
+    this.#names = new Names(pool);
+  }
 
   async insertMany(records: StoredToken[], options: InsertOptions = {}): Promise<Array<StoredToken | null>> {
     if (records.length === 0) return [];
-    const rows = records.map(values); // a bad date: TypeError, before anything is sent
+    checkDates(records); // a bad date: TypeError, before anything is sent
     const twice = repeatedId(records);
     if (twice !== null) throw new DuplicateTokenError(twice);
+    // Numbered before the transaction (names.ts): a rolled-back batch leaves no stale cache entry.
+    const dict = await this.#names.numbers(records.flatMap((r) => [r.tenant_id, r.fingerprint_expression, r.mask, r.created_by, r.modified_by]));
+    const rows = records.map((r) => values(r, dict.get(r.tenant_id)!, dict));
     try {
       return await transaction(this.pool, async (c) => {
         const out: Array<StoredToken | null> = [];
         for (const [i, r] of records.entries()) {
           const dedupe = options.dedupe?.[i] === true && r.fingerprint !== null;
-          out.push(dedupe ? await this.#insertDeduplicated(c, r, rows[i]!) : await this.#insert(c, rows[i]!, false));
+          out.push(dedupe ? await this.#insertDeduplicated(c, r, rows[i]!) : await this.#insert(c, rows[i]!));
         }
         return out;
       });
     } catch (err) {
-      if (err instanceof StoreUnavailableError && isUniqueViolation(err.cause, 'tokens_tenant_id')) {
+      if (err instanceof StoreUnavailableError && (isUniqueViolation(err.cause, 'tokens_tenant_id') || isUniqueViolation(err.cause, 'tokens_tenant_custom_id'))) {
         // Which id: asked after the rollback (pg's detail quotes it, but is not parsed).
-        const taken = await query<{ id: string }>(this.pool, `SELECT id FROM ${T} WHERE tenant_id = $1 AND id = ANY($2::text[]) LIMIT 1`,
-          [records[0]!.tenant_id, records.filter((r) => r.tenant_id === records[0]!.tenant_id).map((r) => r.id)]);
-        throw new DuplicateTokenError(taken.rows[0]?.id ?? records[0]!.id);
+        const first = records[0]!.tenant_id;
+        const same = records.filter((r) => r.tenant_id === first).map((r) => r.id);
+        const { uuids, customs } = splitIds(same);
+        const taken = await query<{ id: string | null; custom_id: string | null }>(this.pool,
+          `SELECT id, custom_id FROM ${T} WHERE tenant = $1 AND (id = ANY($2::uuid[]) OR custom_id = ANY($3::text[])) LIMIT 1`,
+          [dict.get(first)!, uuids, customs]);
+        const row = taken.rows[0];
+        throw new DuplicateTokenError(row ? (row.id ?? row.custom_id)! : records[0]!.id);
       }
       throw err;
     }
   }
 
-  async #insert(c: pg.PoolClient, row: unknown[], slot: boolean): Promise<null> {
-    await c.query(`INSERT INTO ${T} (${INSERT_COLUMNS}, dedupe_slot) VALUES (${PLACEHOLDERS}, ${slot})`, row);
+  async #insert(c: pg.PoolClient, row: unknown[]): Promise<null> {
+    await c.query(`INSERT INTO ${T} (${INSERT_COLUMNS}, dedupe_slot) VALUES (${PLACEHOLDERS}, false)`, row);
     return null;
   }
 
-  async #oldestLive(c: pg.PoolClient, r: StoredToken): Promise<StoredToken | null> {
+  async #oldestLive(c: pg.PoolClient, r: StoredToken, tenant: number): Promise<StoredToken | null> {
     const now = Date.now();
     const hit = await c.query<Row>(
-      `SELECT ${COLUMNS} FROM ${T} WHERE tenant_id = $1 AND fingerprint = $2 AND type = $3 AND container = $4 AND ${live('$5')}
+      `SELECT ${COLUMNS} FROM ${T} WHERE tenant = $1 AND fingerprint = $2 AND type = $3 AND container = $4 AND ${live('$5')}
        ORDER BY seq LIMIT 1`,
-      [r.tenant_id, r.fingerprint, r.type, r.container, now],
+      [tenant, encodeDigest(r.fingerprint!), r.type, r.container, now],
     );
-    return hit.rows[0] ? decode(hit.rows[0], now) : null;
+    return hit.rows[0] ? (await decodeRows(this.#names, r.tenant_id, hit.rows, now))[0]! : null;
   }
 
   /** The oldest live match, or this record written holding the slot. */
   async #insertDeduplicated(c: pg.PoolClient, r: StoredToken, row: unknown[]): Promise<StoredToken | null> {
+    const tenant = row[0] as number;
     for (let attempt = 0; attempt < 10; attempt++) {
-      const hit = await this.#oldestLive(c, r);
+      const hit = await this.#oldestLive(c, r, tenant);
       if (hit) return hit;
       // No live token: an expired slot holder gives the slot up. Only an expired one: this
       // statement sees what committed since the read above (READ COMMITTED), and a live holder
       // committed meanwhile by a concurrent insert keeps its slot (the insert below then finds it).
       await c.query(
-        `UPDATE ${T} SET dedupe_slot = false WHERE tenant_id = $1 AND type = $2 AND container = $3 AND fingerprint = $4 AND dedupe_slot
+        `UPDATE ${T} SET dedupe_slot = false WHERE tenant = $1 AND type = $2 AND container = $3 AND fingerprint = $4 AND dedupe_slot
          AND expires_ms <= $5`,
-        [r.tenant_id, r.type, r.container, r.fingerprint, Date.now()],
+        [tenant, r.type, r.container, encodeDigest(r.fingerprint!), Date.now()],
       );
       // Waits on the unique index for a concurrent insert of the same slot; when that one
       // commits, nothing is written here and the next round returns its token.
       const written = await c.query(
         `INSERT INTO ${T} (${INSERT_COLUMNS}, dedupe_slot) VALUES (${PLACEHOLDERS}, true)
-         ON CONFLICT (tenant_id, type, container, fingerprint) WHERE dedupe_slot DO NOTHING RETURNING seq`,
+         ON CONFLICT (tenant, type, container, fingerprint) WHERE dedupe_slot DO NOTHING RETURNING seq`,
         row,
       );
       if (written.rowCount === 1) return null;
@@ -154,20 +212,28 @@ export class PostgresTokens implements TokenPort {
   }
 
   async get(tenantId: string, id: string): Promise<StoredToken | null> {
+    const tenant = await this.#names.find(tenantId);
+    if (tenant === null) return null;
     const now = Date.now();
-    const r = await query<Row>(this.pool, `SELECT ${COLUMNS} FROM ${T} WHERE tenant_id = $1 AND id = $2 AND ${live('$3')}`, [tenantId, id, now]);
-    return r.rows[0] ? decode(r.rows[0], now) : null;
+    const { uuid, custom } = splitId(id);
+    const r = await query<Row>(this.pool, `SELECT ${COLUMNS} FROM ${T} WHERE tenant = $1 AND ${idIs('$2', '$3')} AND ${live('$4')}`, [tenant, uuid, custom, now]);
+    return r.rows[0] ? (await decodeRows(this.#names, tenantId, r.rows, now))[0]! : null;
   }
 
   async getMany(tenantId: string, ids: string[]): Promise<StoredToken[]> {
     if (ids.length === 0) return [];
+    const tenant = await this.#names.find(tenantId);
+    if (tenant === null) return [];
     const now = Date.now();
-    const r = await query<Row>(this.pool, `SELECT ${COLUMNS} FROM ${T} WHERE tenant_id = $1 AND id = ANY($2::text[]) AND ${live('$3')}`, [tenantId, ids, now]);
-    const byId = new Map(r.rows.map((row) => [row.id, row]));
+    const { uuids, customs } = splitIds(ids);
+    const r = await query<Row>(this.pool,
+      `SELECT ${COLUMNS} FROM ${T} WHERE tenant = $1 AND (id = ANY($2::uuid[]) OR custom_id = ANY($3::text[])) AND ${live('$4')}`, [tenant, uuids, customs, now]);
+    const records = await decodeRows(this.#names, tenantId, r.rows, now);
+    const byId = new Map(records.map((rec) => [rec.id, rec]));
     const out: StoredToken[] = [];
     for (const id of new Set(ids)) {
-      const row = byId.get(id);
-      if (row) out.push(decode(row, now));
+      const rec = byId.get(id);
+      if (rec) out.push(rec);
     }
     return out;
   }
@@ -177,14 +243,16 @@ export class PostgresTokens implements TokenPort {
    * container or fingerprint changes gives up its deduplication slot.
    */
   async update(record: StoredToken): Promise<boolean> {
-    const v = values(record);
+    checkDates([record]);
+    const dict = await this.#names.numbers([record.tenant_id, record.fingerprint_expression, record.mask, record.created_by, record.modified_by]);
+    const v = values(record, dict.get(record.tenant_id)!, dict);
     const r = await query(
       this.pool,
-      `UPDATE ${T} SET dedupe_slot = dedupe_slot AND type = $3 AND container = $4 AND fingerprint IS NOT DISTINCT FROM $12,
-         type = $3, container = $4, sealed = $5, cvc_sealed = $6, cvc_expires_at = $7, cvc_expires_ms = $8, metadata = $9,
-         search_indexes = $10, index_hashes = $11, fingerprint = $12, fingerprint_expression = $13, mask = $14, created_by = $15,
-         created_at = $16, modified_by = $17, modified_at = $18, expires_at = $19, expires_ms = $20
-       WHERE tenant_id = $1 AND id = $2 AND ${live('$21')}`,
+      `UPDATE ${T} SET dedupe_slot = dedupe_slot AND type = $4 AND container = $5 AND fingerprint IS NOT DISTINCT FROM $13,
+         type = $4, container = $5, sealed = $6, cvc_sealed = $7, cvc_expires_ms = $8, cvc_expires_text = $9, metadata = $10,
+         search_indexes = $11, index_hashes = $12, fingerprint = $13, fingerprint_expression = $14, mask = $15, created_by = $16,
+         created_ms = $17, created_text = $18, modified_by = $19, modified_ms = $20, modified_text = $21, expires_ms = $22, expires_text = $23
+       WHERE tenant = $1 AND ${idIs('$2', '$3')} AND ${live('$24')}`,
       [...v, Date.now()],
     );
     return r.rowCount === 1;
@@ -192,38 +260,47 @@ export class PostgresTokens implements TokenPort {
 
   /** True only when it was live (an expired token counts as missing); removed either way. */
   async delete(tenantId: string, id: string): Promise<boolean> {
-    const r = await query<{ expires_ms: string | null }>(this.pool, `DELETE FROM ${T} WHERE tenant_id = $1 AND id = $2 RETURNING expires_ms`, [tenantId, id]);
+    const tenant = await this.#names.find(tenantId);
+    if (tenant === null) return false;
+    const { uuid, custom } = splitId(id);
+    const r = await query<{ expires_ms: string | null }>(this.pool, `DELETE FROM ${T} WHERE tenant = $1 AND ${idIs('$2', '$3')} RETURNING expires_ms`, [tenant, uuid, custom]);
     const row = r.rows[0];
     return row !== undefined && (row.expires_ms === null || Number(row.expires_ms) > Date.now());
   }
 
   async list(tenantId: string, filter: TokenFilter, page: Page): Promise<PageResult> {
     checkPage(page);
+    const after = page.after === null ? null : decodeCursor(page.after);
     if (filter.ids && filter.ids.length === 0) return { items: [], next: null };
     const scope = filter.scope;
     if (scope !== undefined && !scope.some((r) => r.allow)) return { items: [], next: null };
+    const tenant = await this.#names.find(tenantId);
+    if (tenant === null) return { items: [], next: null };
     const now = Date.now();
-    const params: unknown[] = [tenantId, now];
+    const params: unknown[] = [tenant, now];
     const p = (v: unknown): string => {
       params.push(v);
       return `$${params.length}`;
     };
-    const where = ['tenant_id = $1', live('$2')];
-    if (page.after !== null) where.push(`seq < ${p(decodeCursor(page.after))}`);
+    const where = ['tenant = $1', live('$2')];
+    if (after !== null) where.push(`seq < ${p(after)}`);
     if (filter.type !== undefined) where.push(`type = ${p(filter.type)}`);
     if (filter.container !== undefined) where.push(`starts_with(container, ${p(filter.container)})`);
-    if (filter.fingerprint !== undefined) where.push(`fingerprint = ${p(filter.fingerprint)}`);
+    if (filter.fingerprint !== undefined) where.push(`fingerprint = ${p(encodeDigest(filter.fingerprint))}`);
     if (filter.metadata && Object.keys(filter.metadata).length > 0) where.push(`metadata @> ${p(JSON.stringify(filter.metadata))}::jsonb`);
     const hashes = [...new Set(filter.index_hashes ?? [])];
-    if (hashes.length > 0) where.push(`index_hashes @> ${p(hashes)}::text[]`);
-    if (filter.ids) where.push(`id = ANY(${p(filter.ids)}::text[])`);
+    if (hashes.length > 0) where.push(`index_hashes @> ${p(hashes.map(encodeDigest))}::bytea[]`);
+    if (filter.ids) {
+      const { uuids, customs } = splitIds(filter.ids);
+      where.push(`(id = ANY(${p(uuids)}::uuid[]) OR custom_id = ANY(${p(customs)}::text[]))`);
+    }
     if (scope !== undefined) {
       // The caller's permission filter: the first prefix that starts the container decides.
       const arms = scope.map((r) => `WHEN starts_with(container, ${p(r.prefix)}) THEN ${r.allow ? 'true' : 'false'}`);
       where.push(`(CASE ${arms.join(' ')} ELSE false END)`);
     }
     const r = await query<Row>(this.pool, `SELECT ${COLUMNS} FROM ${T} WHERE ${where.join(' AND ')} ORDER BY seq DESC LIMIT ${p(page.size + 1)}`, params);
-    const items = r.rows.slice(0, page.size).map((row) => decode(row, now));
+    const items = await decodeRows(this.#names, tenantId, r.rows.slice(0, page.size), now);
     const next = r.rows.length > page.size ? encodeCursor(Number(r.rows[page.size - 1]!.seq)) : null;
     return { items, next };
   }

@@ -1,0 +1,108 @@
+/**
+ * The PostgreSQL store's compact encodings (issue 24 item 2, schema version 2): what a column holds
+ * for a field of StoredToken, and back. Every encoding is lossless for any string (a value that
+ * does not have the expected shape is kept as it is, marked), so the store never needs to trust
+ * the shape of what it is given; the common shapes take far fewer bytes:
+ *
+ * - sealed values (`v1.<kid>.<iv>.<body>`, base64url, crypto/keyring.ts): bytea, the iv and body
+ *   as raw bytes (a quarter smaller than base64), the iv's length left out when it is 12;
+ * - digests (fingerprints, search-index hashes: lowercase hex): bytea, half the size;
+ * - token ids: a `uuid` (16 bytes) when the id is a lowercase UUID as the service makes them, else
+ *   the text in `custom_id`;
+ * - times: epoch milliseconds (bigint) when the text is what toISOString() writes for them, else
+ *   the text as given beside it.
+ */
+
+/** First byte of an encoded value: how the rest reads. */
+const AS_TEXT = 0;
+const SEALED_V1 = 1;
+const HEX = 2;
+/** SEALED_V1 with the 12-byte iv every seal uses (crypto/keyring.ts): no iv length byte. */
+const SEALED_V1_IV12 = 3;
+
+const B64URL = /^[A-Za-z0-9_-]+$/;
+const KID = /^[A-Za-z0-9_-]{1,64}$/;
+const LOWER_HEX = /^(?:[0-9a-f]{2})+$/;
+const CANONICAL_UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+function text(s: string): Buffer {
+  const body = Buffer.from(s, 'utf8');
+  const out = Buffer.allocUnsafe(body.length + 1);
+  out[0] = AS_TEXT;
+  body.copy(out, 1);
+  return out;
+}
+
+/** base64url that decodes and encodes back to itself (no padding, no stray bits). */
+function b64(part: string): Buffer | null {
+  if (!B64URL.test(part)) return null;
+  const bytes = Buffer.from(part, 'base64url');
+  return bytes.toString('base64url') === part ? bytes : null;
+}
+
+/** A sealed value (or any string) as bytes: [1][kid length][kid][iv length][iv][body] for the v1 form. */
+export function encodeSealed(sealed: string): Buffer {
+  const parts = sealed.split('.');
+  if (parts.length === 4 && parts[0] === 'v1' && KID.test(parts[1]!)) {
+    const iv = b64(parts[2]!);
+    const body = b64(parts[3]!);
+    if (iv && body && iv.length < 256) {
+      const kid = Buffer.from(parts[1]!, 'latin1');
+      if (iv.length === 12) return Buffer.concat([Buffer.from([SEALED_V1_IV12, kid.length]), kid, iv, body]);
+      return Buffer.concat([Buffer.from([SEALED_V1, kid.length]), kid, Buffer.from([iv.length]), iv, body]);
+    }
+  }
+  return text(sealed);
+}
+
+export function decodeSealed(b: Buffer): string {
+  if (b[0] === SEALED_V1_IV12) {
+    const kidEnd = 2 + b[1]!;
+    return `v1.${b.toString('latin1', 2, kidEnd)}.${b.subarray(kidEnd, kidEnd + 12).toString('base64url')}.${b.subarray(kidEnd + 12).toString('base64url')}`;
+  }
+  if (b[0] === SEALED_V1) {
+    const kidEnd = 2 + b[1]!;
+    const ivEnd = kidEnd + 1 + b[kidEnd]!;
+    return `v1.${b.toString('latin1', 2, kidEnd)}.${b.subarray(kidEnd + 1, ivEnd).toString('base64url')}.${b.subarray(ivEnd).toString('base64url')}`;
+  }
+  return b.toString('utf8', 1);
+}
+
+/** A digest (lowercase hex) as its bytes after a marker; any other string as text. */
+export function encodeDigest(hex: string): Buffer {
+  if (!LOWER_HEX.test(hex)) return text(hex);
+  const out = Buffer.allocUnsafe(1 + hex.length / 2);
+  out[0] = HEX;
+  out.write(hex, 1, 'hex');
+  return out;
+}
+
+export function decodeDigest(b: Buffer): string {
+  return b[0] === HEX ? b.toString('hex', 1) : b.toString('utf8', 1);
+}
+
+/** Where an id goes: the uuid column for the service's own ids, custom_id for any other. */
+export function splitId(id: string): { uuid: string | null; custom: string | null } {
+  return CANONICAL_UUID.test(id) ? { uuid: id, custom: null } : { uuid: null, custom: id };
+}
+
+/** Ids of a lookup, split as stored. */
+export function splitIds(ids: readonly string[]): { uuids: string[]; customs: string[] } {
+  const uuids: string[] = [];
+  const customs: string[] = [];
+  for (const id of ids) (CANONICAL_UUID.test(id) ? uuids : customs).push(id);
+  return { uuids, customs };
+}
+
+/** ISO 8601 text as epoch ms, and the text itself only when toISOString() would not give it back. */
+export function encodeTime(iso: string | null, field: string): { ms: number | null; text: string | null } {
+  if (iso === null) return { ms: null, text: null };
+  const ms = Date.parse(iso);
+  if (!Number.isFinite(ms)) throw new TypeError(`${field} is not a valid ISO 8601 date`);
+  return { ms, text: new Date(ms).toISOString() === iso ? null : iso };
+}
+
+export function decodeTime(ms: string | number | null, text: string | null): string | null {
+  if (text !== null) return text;
+  return ms === null ? null : new Date(Number(ms)).toISOString();
+}
