@@ -63,8 +63,8 @@ export class InboundProxy {
     this.transforms = new ProxyTransforms(opts.tokens, opts.runtime);
     this.upgrades = new UpgradeForwarder(opts.log);
     for (const [key, proxy] of proxies) {
-      const metrics = opts.metrics?.proxy(proxy.tenant.id, proxy.config.id);
-      this.entries.set(key, { proxy, upstream: new Upstream(proxy.destination.origin, proxy.config.timeout_ms), leakFindings: 0, metrics });
+      const metrics = opts.metrics?.proxy(proxy.tenant.id, proxy.settings.id);
+      this.entries.set(key, { proxy, upstream: new Upstream(proxy.destination.origin, proxy.settings.timeout_ms), leakFindings: 0, metrics });
     }
   }
 
@@ -127,7 +127,7 @@ export class InboundProxy {
     if (hasBody) {
       if (length !== undefined) headers['content-length'] = length;
       body = req;
-      if (entry.proxy.config.leak_guard === 'log') {
+      if (entry.proxy.settings.leak_guard === 'log') {
         const scanner = new LeakScanner(scanType(headerText(req.headers['content-type'])));
         body = req.pipe(
           new Transform({
@@ -186,13 +186,13 @@ export class InboundProxy {
       const bare = q === -1 ? path : path.slice(0, q);
       path = outcome.query === '' ? bare : `${bare}?${outcome.query}`;
     }
-    if (proxy.config.leak_guard !== 'off') {
+    if (proxy.settings.leak_guard !== 'off') {
       // Scanned as the destination will decode it: by the Content-Type it is sent with. Card
       // numbers a detokenize step put in on purpose are not findings: it checks the body before.
       const scanned = outcome.beforeDetokenize ?? bytes;
       const scan = await scanBodyYielding(scanned, scanType(headerText(outcome.headers['content-type'])));
-      this.leakFound(ctx, entry, scan.findings, proxy.config.leak_guard === 'block');
-      if (scan.undecodable) this.undecodable(ctx, entry, proxy.config.leak_guard === 'block');
+      this.leakFound(ctx, entry, scan.findings, proxy.settings.leak_guard === 'block');
+      if (scan.undecodable) this.undecodable(ctx, entry, proxy.settings.leak_guard === 'block');
     }
     // Every token of every tokenize step in one all-or-nothing write, before anything leaves.
     if (outcome.prepared.length > 0) await this.opts.tokens.commit(outcome.prepared);
@@ -265,7 +265,7 @@ export class InboundProxy {
     entry.leakFindings += findings;
     entry.metrics?.leaks(findings, block);
     ctx.log.warn(
-      { proxy: entry.proxy.config.id, findings, total: entry.leakFindings, action: block ? 'blocked' : 'forwarded' },
+      { proxy: entry.proxy.settings.id, findings, total: entry.leakFindings, action: block ? 'blocked' : 'forwarded' },
       'leak guard: a card number in plaintext in the body to the destination',
     );
     if (block) {
@@ -280,7 +280,7 @@ export class InboundProxy {
    */
   private undecodable(ctx: Context, entry: Entry, block: boolean): void {
     ctx.log.warn(
-      { proxy: entry.proxy.config.id, undecodable: true, action: block ? 'blocked' : 'forwarded' },
+      { proxy: entry.proxy.settings.id, undecodable: true, action: block ? 'blocked' : 'forwarded' },
       'leak guard: the body is in a charset the guard cannot decode',
     );
     if (block) {
