@@ -12,7 +12,7 @@ import { checkAllowedOrigins } from '../http/cors.js';
 import { take, type Compiled, type Problem } from '../problems.js';
 import { compileProxy, type CompiledProxy } from '../proxy/compile.js';
 import { compileOutbound, type AllowedEntry } from '../proxy/egress.js';
-import { validateCustomRateLimits } from '../rate-limit/rules.js';
+import { compileRateTable } from '../rate-limit/rules.js';
 import type { ReactorDefinition } from '../reactors/runtime.js';
 
 /** One tenant compiled: what the model's indexes are built from. */
@@ -43,7 +43,7 @@ export function compileApplication(a: ApplicationConfig): Application {
 
 export function compileTenant(t: TenantConfig, at: string): Compiled<CompiledTenant> {
   const problems: Problem[] = [];
-  for (const p of validateCustomRateLimits(t.rate_limit_tier, t.custom_rate_limits)) problems.push(`${at}.custom_rate_limits: ${p}`);
+  const rateTable = take(compileRateTable(t.rate_limit_tier, t.custom_rate_limits, at), problems) ?? [];
   const egress = take(compileOutbound(t.outbound, at), problems);
   problems.push(...checkAllowedOrigins(t, at));
   const applications = t.applications.map(compileApplication);
@@ -55,7 +55,7 @@ export function compileTenant(t: TenantConfig, at: string): Compiled<CompiledTen
   const proxySummaries: CompiledProxy['settings'][] = [];
   const tenant: Tenant = Object.freeze({
     id: t.id, name: t.name, test: t.test, max_tokens_per_request: t.max_tokens_per_request,
-    rate_limit_tier: t.rate_limit_tier, custom_rate_limits: t.custom_rate_limits,
+    rateTable,
     applications: Object.freeze(applications), proxies: proxySummaries, reactors: Object.freeze(reactors),
   });
   const proxies: Array<{ digest: Buffer | undefined; proxy: CompiledProxy }> = [];

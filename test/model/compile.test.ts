@@ -114,3 +114,11 @@ t.test('request limits: one source of defaults', async (t) => {
   t.same(model(raw({}, { body_limit_bytes: 1000 })).limits, { bodyLimitBytes: 1000, maxDepth: 64, lingerTimeMs: 5000, lingerMaxBytes: 2000 });
   t.equal(model(raw({}, { body_limit_bytes: 1000, lingering_max_bytes: 10 })).limits.lingerMaxBytes, 10);
 });
+
+t.test("a tenant's rate-limit table: its tier's rules with its overrides, built at compile", async (t) => {
+  const m = model(raw({ custom_rate_limits: { private_key: { points: 7, duration_seconds: 30 } } }));
+  const table = m.tenants[0]!.rateTable;
+  t.ok(Object.isFrozen(table), 'frozen');
+  t.match(table.find((r) => r.name === 'private_key'), { limits: { points: 7, durationSeconds: 30 } }, 'the override merged');
+  t.ok(table.find((r) => r.name === 'creating_tokens'), "the tier's other rules are in the table");
+});
