@@ -48,8 +48,15 @@ export interface CompiledProxy {
   response: ResponseStep[];
   /** Creates the tokens of tokenize transforms: the proxy itself, in its tenant. */
   principal: Principal;
-  /** The body must be read before forwarding (a request transform, or the leak guard blocks). */
+  /**
+   * The path its requests take, chosen here, not per request (issue 25). `buffered`: the body is
+   * read before forwarding (a request transform, or the leak guard blocks); else it streams.
+   */
   buffered: boolean;
+  /** The answer goes through response transforms (read, then transformed); else it streams back. */
+  transformsAnswer: boolean;
+  /** A WebSocket upgrade may pass: nothing to transform or block (upgrade.ts). */
+  upgradable: boolean;
   /** Has a `detokenize` request transform (docs/detokenization.md "Outbound proxy"). */
   detokenizes: boolean;
   /** Its code transforms, for the reactor host. */
@@ -196,6 +203,8 @@ export function compileProxy(tenant: Tenant, p: ProxyConfig, at: string): Compil
       response: response.filter((s): s is ResponseStep => s !== undefined),
       principal: Object.freeze({ tenant, app: proxyApplication(p), keyId: `proxy:${p.id}`, kind: tenant.test ? 'test' : 'private' }),
       buffered: request.length > 0 || p.leak_guard === 'block',
+      transformsAnswer: p.response_transforms.length > 0,
+      upgradable: request.length === 0 && p.response_transforms.length === 0 && p.leak_guard !== 'block',
       detokenizes: request.some((s) => s.kind === 'detokenize'),
       definitions: Object.freeze(transformDefinitions(tenant, p)),
     });

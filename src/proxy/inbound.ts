@@ -84,7 +84,7 @@ export class InboundProxy {
     const headers = outgoingHeaders(ctx.req.headers, { peer, peerTrusted: this.opts.trustedPeer(peer), host: ctx.req.headers.host });
     const { proxy } = entry;
     // What transforms see of the request; a proxy without transforms never builds it.
-    const tctx = proxy.buffered || proxy.response.length > 0 ? transformContext(ctx, method, target) : null;
+    const tctx = proxy.buffered || proxy.transformsAnswer ? transformContext(ctx, method, target) : null;
     if (proxy.detokenizes) tctx!.detokenize = this.detokenizeContext(ctx, proxy, path);
     if (proxy.buffered) return this.transformed(ctx, entry, path, headers, tctx!);
     return this.passThrough(ctx, entry, method, path, headers, tctx);
@@ -147,7 +147,7 @@ export class InboundProxy {
     }
     const request = { method, path, headers, body };
     // Without response transforms, straight to streamThrough: one async frame fewer.
-    return entry.proxy.response.length > 0 ? this.forward(ctx, entry, request, {}, tctx) : this.streamThrough(ctx, entry, request);
+    return entry.proxy.transformsAnswer ? this.forward(ctx, entry, request, {}, tctx) : this.streamThrough(ctx, entry, request);
   }
 
   /**
@@ -212,7 +212,7 @@ export class InboundProxy {
     tctx: TransformContext | null,
   ): Promise<void> {
     const { proxy } = entry;
-    if (proxy.response.length === 0) return this.streamThrough(ctx, entry, request);
+    if (!proxy.transformsAnswer) return this.streamThrough(ctx, entry, request);
     // Credentials of destination_url, set after the transforms so user code never sees them.
     if (proxy.destination.authorization) request.headers.authorization = proxy.destination.authorization;
     // Response transforms read the body: ask for it uncompressed.

@@ -96,6 +96,11 @@ t.test('a proxy: compiled without its config; its definitions and the reactors i
   t.equal(m.keys.findProxyKey(PROXY_KEY)!.proxy, proxy.settings, 'the proxy key names the compiled settings');
   t.same(m.reactors.map((d) => d.key), [`${TENANT}/reactor/r1`, `${TENANT}/proxy/p1/response/0`], "the tenants' reactors, then the code transforms");
   t.equal(m.tenants[0]!.reactors[0]!.key, `${TENANT}/reactor/r1`, 'the route finds the host key on the tenant');
+  t.match(proxy, { buffered: true, transformsAnswer: true, upgradable: false }, 'its path chosen at compile: transforms both ways');
+  const plain = model(raw({ proxies: [{ id: 'p2', name: 'p', key: PROXY_KEY, destination_url: 'https://upstream.example' }] })).proxies.get(`${TENANT}/p2`)!;
+  t.match(plain, { buffered: false, transformsAnswer: false, upgradable: true }, 'a plain proxy streams both ways');
+  const blocking = model(raw({ proxies: [{ id: 'p3', name: 'p', key: PROXY_KEY, destination_url: 'https://upstream.example', leak_guard: 'block' }] })).proxies.get(`${TENANT}/p3`)!;
+  t.match(blocking, { buffered: true, transformsAnswer: false, upgradable: false }, 'a blocking leak guard reads the body first');
 });
 
 t.test('the egress policy holds its CA file as read at compile (read once)', async (t) => {
