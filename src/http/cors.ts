@@ -64,12 +64,12 @@ export class OriginList {
 /** An origin as `allowed_origins` accepts it: `http(s)://host[:port]`, or `https://*.domain.tld`. */
 export const ORIGIN_PATTERN = /^(?:https?:\/\/(?:[a-z0-9-]+\.)*[a-z0-9-]+|https:\/\/\*\.(?:[a-z0-9-]+\.)+[a-z0-9-]+|https?:\/\/\[[0-9a-f:.]+\])(?::\d{1,5})?$/;
 
-/** The problems of `allowed_origins` in one tenant's applications (for the config's checks). */
 /** The applications of a tenant as the config gives them (only what this check reads). */
 interface ConfiguredApplications {
   applications: ReadonlyArray<{ type: string; allowed_origins: readonly string[] }>;
 }
 
+/** The problems of `allowed_origins` in one tenant's applications (for the compile step, src/model/tenants.ts). */
 export function checkAllowedOrigins(tenant: ConfiguredApplications, where: string): string[] {
   const problems: string[] = [];
   tenant.applications.forEach((app, ai) => {
