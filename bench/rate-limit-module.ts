@@ -18,7 +18,7 @@ import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { createLogger } from '../src/log.js';
 import { RateLimitService, RATE_LIMIT_REDIS_OPTIONS, type RateLimitConfig, type RateLimitSubject } from '../src/rate-limit/limiter.js';
-import { RULE_NAMES } from '../src/rate-limit/rules.js';
+import { resolveRules, RULE_NAMES } from '../src/rate-limit/rules.js';
 import { freePort, redisAvailable, startRedis } from '../test/helpers/redis.js';
 
 const { values } = parseArgs({
@@ -35,7 +35,7 @@ const ROUNDS = Number(values.rounds);
 const log = createLogger('warn');
 
 const high = Object.fromEntries(RULE_NAMES.map((n) => [n, { points: 1e9, duration_seconds: 60 }]));
-const tenant = { id: '6f1c1a9e-0000-4000-8000-000000000001', test: false, rate_limit_tier: 'default' as const, custom_rate_limits: high };
+const tenant = { id: '6f1c1a9e-0000-4000-8000-000000000001', test: false, rateTable: resolveRules('default', high) };
 const subjects = (legacy: boolean): RateLimitSubject[] =>
   Array.from({ length: 4096 }, (_, i) => ({
     tenant,

@@ -12,7 +12,7 @@ import { resolve } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { sha256 } from './auth/keys.js';
 import { ConfigError, type LoadedConfig } from './config/load.js';
-import { loadFullConfig } from './model/compile.js';
+import { loadModel, type LoadedModel } from './model/compile.js';
 import type { ProcessOutcome } from './pid-file.js';
 import { migrateCommand } from './commands/migrate.js';
 import type { ProductionCheck, StartupNotice } from './production.js';
@@ -56,9 +56,10 @@ const CONFIG_HELP = '  -c, --config PATH   the config file (default: $TOKENPROXY
 const MIN_KEY_LENGTH = 16;
 const KEY_TYPES = ['private', 'public', 'management', 'proxy'] as const;
 
-function loadConfig(values: Values, io: Io): LoadedConfig | null {
+/** The file read and compiled (issue 25: the same compile as start and a reload), or null after writing every problem. */
+function loadCompiled(values: Values, io: Io): LoadedModel | null {
   try {
-    return loadFullConfig({ path: values.config as string | undefined });
+    return loadModel({ path: values.config as string | undefined });
   } catch (err) {
     if (err instanceof ConfigError) {
       io.err(`tokenproxy: ${err.message}\n`);
@@ -66,6 +67,10 @@ function loadConfig(values: Values, io: Io): LoadedConfig | null {
     }
     throw err;
   }
+}
+
+function loadConfig(values: Values, io: Io): LoadedConfig | null {
+  return loadCompiled(values, io)?.config ?? null;
 }
 
 /**
@@ -85,7 +90,7 @@ function digestLine(key: string): string {
 }
 
 /** Starts the service and stops it cleanly on SIGTERM/SIGINT (the process stays up while it runs). */
-async function start(config: LoadedConfig, notices: StartupNotice[]): Promise<number | null> {
+async function start({ config, model }: LoadedModel, notices: StartupNotice[]): Promise<number | null> {
   // Loaded here, not at the top: the tool commands need none of the service's modules.
   const cluster = await import('./cluster.js');
   if (cluster.isClusterPrimary(config)) return cluster.runPrimary(config, notices);
@@ -147,7 +152,7 @@ async function start(config: LoadedConfig, notices: StartupNotice[]): Promise<nu
     if (generation > 0) pendingGeneration = generation;
   }
   try {
-    service = await startService(config, { log });
+    service = await startService(config, { log, model });
   } catch (err) {
     tryLog(() => log.fatal({ error: { type: (err as Error).name, message: (err as Error).message } }, 'start-up failed'));
     // At once: a half-started service may still hold handles (a store connection, a reactor host).
@@ -286,12 +291,13 @@ const commands: Record<string, Command> = {
     usage: `tokenproxy [start] [--config PATH]\n\nStarts the service on the config's host and port (env HOST and PORT override).\n\n${CONFIG_HELP}`,
     options: configOption,
     async run(values, io) {
-      const config = loadConfig(values, io);
-      if (!config) return EXIT_FAILED;
+      const loaded = loadCompiled(values, io);
+      if (!loaded) return EXIT_FAILED;
+      const { config } = loaded;
       const check = await productionRefused(config, io);
       if (!check) return EXIT_FAILED;
       const { startupNotices } = await import('./production.js');
-      return start(config, startupNotices(config.server.mode, check));
+      return start(loaded, startupNotices(config.server.mode, check));
     },
   },
   'check-config': {

@@ -1,6 +1,7 @@
 /**
  * Wiring only: builds the store, the key ring, the vault, limits and the reactor host once, and
- * serves the compiled model (src/model/compile.ts: keys, proxies, reactors) through a pipeline
+ * serves the compiled model (src/model/compile.ts: keys, proxies, reactors, the egress and CORS
+ * policies, the request limits) through a pipeline
  * built per model, so a reload (src/model/reload.ts) swaps it whole. Logic lives in the modules
  * wired here.
  */
@@ -22,11 +23,10 @@ import { openStoreAndRing } from './crypto/open.js';
 import { closeSilentConnections } from './http/connections.js';
 import { Idempotency } from './http/idempotency.js';
 import type { Route } from './http/context.js';
-import { CorsPolicy } from './http/cors.js';
 import { elementsRoutes } from './elements/routes.js';
 import { createPipeline, createUpgradeHandler, type PipelineOptions } from './http/pipeline.js';
 import { createLogger, type Logger } from './log.js';
-import { compileModel, ModelRef, type Model } from './model/compile.js';
+import { compileOrThrow, ModelRef, type Model } from './model/compile.js';
 import { ReactorHostSync, Reloader, startKeyRefresh, type ReloadOutcome } from './model/reload.js';
 import { metricsEndpoint } from './metrics/endpoint.js';
 import { ServiceMetrics } from './metrics/registry.js';
@@ -36,7 +36,6 @@ import { RateLimitService } from './rate-limit/limiter.js';
 import { createRateLimitStage } from './rate-limit/stage.js';
 import { postgresPoolOf } from './rate-limit/postgres.js';
 import { connectRefuser } from './proxy/methods.js';
-import { EgressPolicy } from './proxy/egress.js';
 import { OutboundProxy } from './proxy/outbound.js';
 import { InboundProxy } from './proxy/inbound.js';
 import type { Store } from './store/types.js';
@@ -80,6 +79,8 @@ export interface StartOptions {
    * passes it.
    */
   purgeEveryMs?: { cvc?: number; idempotency?: number };
+  /** The model compiled from `config` (the CLI compiled it while reading the file); compiled here when absent. */
+  model?: Model;
 }
 
 const CVC_PURGE_INTERVAL_MS = 60_000;
@@ -109,7 +110,7 @@ interface Serving {
 export async function startService(config: LoadedConfig, opts: StartOptions = {}): Promise<RunningService> {
   const log = opts.log ?? createLogger(config.log.level);
   // Compiled first: a bad config fails before the master key is read or a connection is made.
-  const first = compileModel(config);
+  const first = opts.model ?? compileOrThrow(config);
   const metrics = config.metrics.enabled ? new ServiceMetrics() : undefined;
   const { store, ring } = await openStoreAndRing(config, log, undefined, (s) => instrumentStore(s, metrics?.store(config.store.kind)));
   const cleanups: Array<() => Promise<void> | void> = [() => store.close()];
@@ -142,16 +143,15 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     const idempotency = new Idempotency({ store: ports.idempotency, ring, log, ...(opts.purgeEveryMs?.idempotency ? { purgeEveryMs: opts.purgeEveryMs.idempotency } : {}) });
     cleanups.push(() => idempotency.close());
     const serve = (model: Model): Serving => {
-      const server = model.config.server;
+      const { limits: server, cors } = model;
       const proxies = new InboundProxy(model.proxies, {
-        tokens, runtime: reactors.runtime, bodyLimit: server.body_limit_bytes, maxDepth: server.max_depth, log,
+        tokens, runtime: reactors.runtime, bodyLimit: server.bodyLimitBytes, maxDepth: server.maxDepth, log,
         trustedPeer: model.trustedPeer, metrics, detokenizer,
       });
       // The outbound proxy's allow-lists are the model's: a reload changes them with the rest.
       const outbound = new OutboundProxy({
-        egress: new EgressPolicy(model.config.tenants), detokenizer, bodyLimit: server.body_limit_bytes, maxDepth: server.max_depth,
+        egress: model.egress, detokenizer, bodyLimit: server.bodyLimitBytes, maxDepth: server.maxDepth,
       });
-      const cors = new CorsPolicy(model.config.tenants);
       const routes: Route[] = idempotency.wrap([
         ...healthRoutes(store, () => draining), ...tokenRoutes(tokens), ...managementRoutes(), ...reactorRoutes(reactors.runtime, tokens, detokenizer), ...proxyRoutes(proxies, outbound),
         ...detokenizeRoutes(detokenizer, audit), ...metricsHttp.routes, ...elementsRoutes(model.keys, cors),
@@ -161,16 +161,13 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
         routes,
         keys: model.keys,
         log,
-        bodyLimit: server.body_limit_bytes,
-        maxDepth: server.max_depth,
+        bodyLimit: server.bodyLimitBytes,
+        maxDepth: server.maxDepth,
         clientIp: model.clientIp,
         cors,
         rateLimits,
         metrics,
-        linger: {
-          timeMs: server.lingering_time_ms,
-          maxBytes: server.lingering_max_bytes ?? 2 * server.body_limit_bytes,
-        },
+        linger: { timeMs: server.lingerTimeMs, maxBytes: server.lingerMaxBytes },
       };
       return {
         model, proxies, outbound, routes, inFlight: 0, retired: false,

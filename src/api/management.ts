@@ -2,7 +2,7 @@
  * Read-only management routes for management keys: the tenant's configured applications,
  * proxies and reactors, with every key, secret, code and configuration value left out.
  */
-import type { TenantConfig } from '../config/schema.js';
+import type { Tenant } from '../auth/tenancy.js';
 import type { Route } from '../http/context.js';
 import { sendJson } from '../http/respond.js';
 import type { RouteSchemas } from '../http/route-schema.js';
@@ -32,26 +32,16 @@ function schemasOf(name: keyof typeof bodies): RouteSchemas {
   };
 }
 
-/** A URL without credentials or query (either may hold a secret). */
-function safeUrl(raw: string): string {
-  const u = new URL(raw);
-  u.username = '';
-  u.password = '';
-  u.search = '';
-  return u.toString();
-}
-
 const views = {
-  applications: (t: TenantConfig) =>
+  applications: (t: Tenant) =>
     t.applications.map((a) => ({ id: a.id, name: a.name, type: a.type, permissions: a.permissions, rules: a.rules, legacy: a.legacy })),
-  proxies: (t: TenantConfig) =>
+  // The compiled proxy's settings: its destination without credentials or query (either may hold a secret).
+  proxies: (t: Tenant) =>
     t.proxies.map((p) => ({
-      id: p.id, name: p.name, destination_url: safeUrl(p.destination_url), require_auth: p.require_auth, timeout_ms: p.timeout_ms,
-      leak_guard: p.leak_guard,
-      request_transforms: p.request_transforms.map((x) => x.type),
-      response_transforms: p.response_transforms.map((x) => x.type),
+      id: p.id, name: p.name, destination_url: p.destination_url, require_auth: p.require_auth, timeout_ms: p.timeout_ms,
+      leak_guard: p.leak_guard, request_transforms: p.request_transforms, response_transforms: p.response_transforms,
     })),
-  reactors: (t: TenantConfig) =>
+  reactors: (t: Tenant) =>
     t.reactors.map((r) => ({
       id: r.id, name: r.name, timeout_ms: r.timeout_ms, warm_concurrency: r.warm_concurrency,
       max_concurrency: r.max_concurrency, memory_limit_mb: r.memory_limit_mb,

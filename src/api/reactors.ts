@@ -3,14 +3,13 @@
  * reactor runs in the reactor host (never in this process); what it returns under `tokenize`
  * goes through the same all-or-nothing tokenize as POST /tokenize, as the caller.
  */
-import type { TenantConfig } from '../config/schema.js';
 import { ServiceError } from '../errors.js';
 import type { Context, Route } from '../http/context.js';
 import { ReactorArgsJson } from '../http/large-json.js';
 import { sendJson } from '../http/respond.js';
 import { countReactorTokenize } from '../rate-limit/stage.js';
 import { withholdUserText } from '../reactors/failures.js';
-import type { ReactorDefinition, ReactorRuntime } from '../reactors/runtime.js';
+import type { ReactorRuntime } from '../reactors/runtime.js';
 import type { TokenService } from '../vault/service.js';
 import { ExpressionScan } from '../detokenize/expressions.js';
 import type { Detokenizer } from '../detokenize/service.js';
@@ -37,27 +36,6 @@ const reactSchemas: RouteSchemas = {
     504: problem('The reactor timed out (reactor_timeout)'),
   },
 };
-
-/** The runtime key of a tenant's reactor. */
-export function reactorKey(tenantId: string, reactorId: string): string {
-  return `${tenantId}/reactor/${reactorId}`;
-}
-
-export function reactorDefinitions(tenants: readonly TenantConfig[]): ReactorDefinition[] {
-  return tenants.flatMap((t) =>
-    t.reactors.map((r) => ({
-      key: reactorKey(t.id, r.id),
-      name: `${t.name}/${r.id}`,
-      code: r.code!,
-      configuration: { ...r.configuration },
-      timeout_ms: r.timeout_ms,
-      warm_concurrency: r.warm_concurrency,
-      max_concurrency: r.max_concurrency,
-      queue_limit: r.queue_limit,
-      memory_limit_mb: r.memory_limit_mb,
-    })),
-  );
-}
 
 /** Every string value in a JSON value (the args as the reactor got them: what the log must not hold). */
 function stringLeaves(v: unknown, out: string[] = []): string[] {
@@ -95,11 +73,10 @@ export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenServi
       handle: async (ctx) => {
         const p = ctx.principal!;
         // Another tenant's reactor is as missing as an unknown one.
-        if (!runtime || !p.tenant.reactors.some((r) => r.id === ctx.params.id)) {
-          throw new ServiceError('not_found', { detail: 'No reactor with this id' });
-        }
+        const reactor = p.tenant.reactors.find((r) => r.id === ctx.params.id);
+        if (!runtime || !reactor) throw new ServiceError('not_found', { detail: 'No reactor with this id' });
         const body = await ctx.readJson();
-        const key = reactorKey(p.tenant.id, ctx.params.id!);
+        const key = reactor.key;
         let result: unknown;
         // A large body was checked and its args serialized in the JSON worker (src/http/large-json.ts).
         // Only a body that holds "{{" can hold an expression: the large path stays off this thread otherwise.

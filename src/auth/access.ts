@@ -17,33 +17,33 @@
  * - List and search show only tokens in containers the key may `token:search`; the store applies
  *   that as part of its query (searchScope), so pages are full.
  */
-import type { ApplicationConfig, Permission } from '../config/schema.js';
+import type { Permission } from '../config/schema.js';
 import { ServiceError } from '../errors.js';
 import type { ScopeRule } from '../store/types.js';
+import type { AccessRule, Application, Transform } from './tenancy.js';
 
-export type { ScopeRule };
+export type { ScopeRule, Transform };
 
-export type Transform = 'reveal' | 'mask' | 'redact';
+/** What the scopes are computed from: an application's permissions and its rules in priority order. */
+export interface Grants {
+  readonly permissions: readonly Permission[];
+  /** Sorted by ascending priority (sortRules). */
+  readonly rules: readonly AccessRule[];
+}
 
-const sortedRules = new WeakMap<ApplicationConfig, ApplicationConfig['rules']>();
-
-function rulesOf(app: ApplicationConfig): ApplicationConfig['rules'] {
-  let rules = sortedRules.get(app);
-  if (!rules) {
-    rules = [...app.rules].sort((a, b) => a.priority - b.priority);
-    sortedRules.set(app, rules);
-  }
-  return rules;
+/** The rules in the order they are checked (the compiler sorts once; issue 25: not per request). */
+export function sortRules<R extends { priority: number }>(rules: readonly R[]): R[] {
+  return [...rules].sort((a, b) => a.priority - b.priority);
 }
 
 /** Whether the application holds `permission` anywhere (the route-level check). */
-export function holds(app: ApplicationConfig, permission: Permission): boolean {
+export function holds(app: Application, permission: Permission): boolean {
   return app.permissions.includes(permission) || app.rules.some((r) => r.permissions.includes(permission));
 }
 
 /** The transform granted for `permission` on `container`, or null when denied. */
-export function grant(app: ApplicationConfig, permission: Permission, container: string): Transform | null {
-  const rules = rulesOf(app);
+export function grant(app: Grants, permission: Permission, container: string): Transform | null {
+  const rules = app.rules;
   if (rules.length === 0) return app.permissions.includes(permission) ? 'mask' : null;
   for (const rule of rules) {
     if (container.startsWith(rule.container)) return rule.permissions.includes(permission) ? rule.transform : null;
@@ -52,19 +52,19 @@ export function grant(app: ApplicationConfig, permission: Permission, container:
 }
 
 /** The transform granted, or 403 forbidden. */
-export function requireGrant(app: ApplicationConfig, permission: Permission, container: string): Transform {
+export function requireGrant(app: Application, permission: Permission, container: string): Transform {
   const g = grant(app, permission, container);
   if (g === null) throw new ServiceError('forbidden', { detail: `The key lacks ${permission} on container ${container}` });
   return g;
 }
 
 /** How a token in `container` is shown to this key by a read, list or search: redact without read. */
-export function readTransform(app: ApplicationConfig, container: string): Transform {
+export function readTransform(app: Application, container: string): Transform {
   return grant(app, 'token:read', container) ?? 'redact';
 }
 
 /** Whether the key may read tokens of `container` at all (any transform). */
-export function mayRead(app: ApplicationConfig, container: string): boolean {
+export function mayRead(app: Application, container: string): boolean {
   return grant(app, 'token:read', container) !== null;
 }
 
@@ -77,8 +77,6 @@ export const showsFingerprint = mayRead;
  */
 export const mayDeduplicate = mayRead;
 
-const fingerprintScopes = new WeakMap<ApplicationConfig, ScopeRule[] | undefined>();
-
 /**
  * A fingerprint matches only tokens whose fingerprint the key may see (issue 31): the containers a
  * list or search with a fingerprint filter runs in, as the store takes it (TokenFilter.scope), are
@@ -88,10 +86,14 @@ const fingerprintScopes = new WeakMap<ApplicationConfig, ScopeRule[] | undefined
  * The store applies this scope in its query, so pages stay full. `undefined`: every container.
  * Equal to `grant(app, 'token:search', c) !== null && showsFingerprint(app, c)` for every c.
  */
-export function fingerprintScope(app: ApplicationConfig): ScopeRule[] | undefined {
-  if (fingerprintScopes.has(app)) return fingerprintScopes.get(app);
+export function fingerprintScope(app: Application): ScopeRule[] | undefined {
+  return app.fingerprintScope;
+}
+
+/** fingerprintScope of an application, computed once by the compiler. */
+export function computeFingerprintScope(app: Grants): ScopeRule[] | undefined {
   const both = (perms: readonly Permission[]) => perms.includes('token:search') && perms.includes('token:read');
-  const rules = rulesOf(app);
+  const rules = app.rules;
   let scope: ScopeRule[] | undefined;
   if (rules.length === 0) {
     scope = both(app.permissions) ? undefined : [];
@@ -104,7 +106,6 @@ export function fingerprintScope(app: ApplicationConfig): ScopeRule[] | undefine
     while (scope.length > 0 && !scope[scope.length - 1]!.allow) scope.pop();
     if (scope.length === 1 && scope[0]!.prefix === '/') scope = undefined;
   }
-  fingerprintScopes.set(app, scope);
   return scope;
 }
 
@@ -116,7 +117,7 @@ export type ExpressionField = 'fingerprint_expression' | 'search_indexes' | 'mas
  * existing token without supplying the whole of its data needs `token:read` with `reveal` on its
  * container; else 403. (Creating with expressions is free: the creator supplies the data.)
  */
-export function requireExpressionWrite(app: ApplicationConfig, container: string, changed: readonly ExpressionField[], suppliesData: boolean): void {
+export function requireExpressionWrite(app: Application, container: string, changed: readonly ExpressionField[], suppliesData: boolean): void {
   if (changed.length === 0 || suppliesData) return;
   if (grant(app, 'token:read', container) === 'reveal') return;
   throw new ServiceError('forbidden', {
@@ -124,16 +125,18 @@ export function requireExpressionWrite(app: ApplicationConfig, container: string
   });
 }
 
-const scopes = new WeakMap<ApplicationConfig, ScopeRule[] | undefined>();
-
 /**
  * The containers a key may list and search, as the store takes it (TokenFilter.scope): an ordered
  * list of prefixes, the first that matches a container decides, none matching → left out.
  * `undefined`: every container. Equal to `grant(app, 'token:search', c) !== null` for every c.
  */
-export function searchScope(app: ApplicationConfig): ScopeRule[] | undefined {
-  if (scopes.has(app)) return scopes.get(app);
-  const rules = rulesOf(app);
+export function searchScope(app: Application): ScopeRule[] | undefined {
+  return app.searchScope;
+}
+
+/** searchScope of an application, computed once by the compiler. */
+export function computeSearchScope(app: Grants): ScopeRule[] | undefined {
+  const rules = app.rules;
   let scope: ScopeRule[] | undefined;
   if (rules.length === 0) {
     scope = app.permissions.includes('token:search') ? undefined : [];
@@ -147,7 +150,6 @@ export function searchScope(app: ApplicationConfig): ScopeRule[] | undefined {
     while (scope.length > 0 && !scope[scope.length - 1]!.allow) scope.pop();
     if (scope.length === 1 && scope[0]!.prefix === '/') scope = undefined;
   }
-  scopes.set(app, scope);
   return scope;
 }
 
@@ -168,6 +170,6 @@ export const LENGTH_ONLY_FILTERS: ReadonlySet<string> = new Set([
  * every filter ('all') with token:read `reveal` there (it may read the value anyway), else only
  * LENGTH_ONLY_FILTERS (a key that may use or see a masked value but not read it).
  */
-export function computeFilters(app: ApplicationConfig, container: string): 'all' | ReadonlySet<string> {
+export function computeFilters(app: Application, container: string): 'all' | ReadonlySet<string> {
   return grant(app, 'token:read', container) === 'reveal' ? 'all' : LENGTH_ONLY_FILTERS;
 }

@@ -12,13 +12,14 @@
  * with an early exit; the hex digest costs about a microsecond.
  */
 import { hash } from 'node:crypto';
-import type { ApplicationConfig, ProxyConfig, TenantConfig } from '../config/schema.js';
+import type { Application, ProxySummary, Tenant } from './tenancy.js';
 
 export type KeyKind = 'test' | 'public' | 'private' | 'management';
 
+/** Who a request is: the compiled tenant and application (src/auth/tenancy.ts), never config objects (issue 25). */
 export interface Principal {
-  tenant: TenantConfig;
-  app: ApplicationConfig;
+  tenant: Tenant;
+  app: Application;
   /** Rate-limit and log identity: a short digest of the key, never the key. */
   keyId: string;
   /** `test` when the tenant is flagged as a test tenant (spec: "test tenant key"). */
@@ -26,8 +27,8 @@ export interface Principal {
 }
 
 export interface ProxyPrincipal {
-  tenant: TenantConfig;
-  proxy: ProxyConfig;
+  tenant: Tenant;
+  proxy: ProxySummary;
   keyId: string;
 }
 
@@ -69,23 +70,20 @@ class DigestIndex<T> {
   }
 }
 
+/**
+ * Every configured key by digest, filled by the compiler (src/model/compile.ts) from digests only
+ * (a key given in plaintext is hashed there first).
+ */
 export class KeyIndex {
   private readonly api = new DigestIndex<Principal>();
   private readonly proxy = new DigestIndex<ProxyPrincipal>();
 
-  constructor(tenants: readonly TenantConfig[]) {
-    for (const tenant of tenants) {
-      for (const app of tenant.applications) {
-        for (const k of app.keys) {
-          const digest = typeof k === 'string' ? sha256(k) : Buffer.from(k.sha256, 'hex');
-          this.api.add(digest, (keyId) => Object.freeze({ tenant, app, keyId, kind: tenant.test ? 'test' : app.type }));
-        }
-      }
-      for (const proxy of tenant.proxies) {
-        const digest = proxy.key !== undefined ? sha256(proxy.key) : Buffer.from(proxy.key_sha256!, 'hex');
-        this.proxy.add(digest, (keyId) => Object.freeze({ tenant, proxy, keyId }));
-      }
-    }
+  addApiKey(digest: Buffer, tenant: Tenant, app: Application): void {
+    this.api.add(digest, (keyId) => Object.freeze({ tenant, app, keyId, kind: tenant.test ? 'test' : app.type }));
+  }
+
+  addProxyKey(digest: Buffer, tenant: Tenant, proxy: ProxySummary): void {
+    this.proxy.add(digest, (keyId) => Object.freeze({ tenant, proxy, keyId }));
   }
 
   /** The principal of a configured key (one shared, frozen object per key), else null. */

@@ -13,7 +13,7 @@ import { dirname } from 'node:path';
 import type { ParseArgsConfig } from 'node:util';
 import { ConfigError, type LoadedConfig } from '../config/load.js';
 import type { KeyRing } from '../crypto/keyring.js';
-import { loadFullConfig } from '../model/compile.js';
+import { loadModel } from '../model/compile.js';
 import type { FormatMigrator, Store } from '../store/types.js';
 
 const EXIT_OK = 0;
@@ -203,7 +203,7 @@ export const migrateCommand = {
     }
     let config: LoadedConfig;
     try {
-      config = loadFullConfig({ path: values.config as string | undefined });
+      config = loadModel({ path: values.config as string | undefined }).config;
     } catch (err) {
       if (!(err instanceof ConfigError)) throw err;
       io.err(`tokenproxy: ${err.message}\n`);

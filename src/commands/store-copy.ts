@@ -9,7 +9,7 @@
  * where it stood); 2 usage error.
  */
 import { dirname } from 'node:path';
-import { loadFullConfig } from '../model/compile.js';
+import { loadModel } from '../model/compile.js';
 import { ConfigError, type LoadedConfig } from '../config/load.js';
 import { anchorSigner, formatHead } from '../crypto/audit-anchor.js';
 import { KeyRing, masterKeyId } from '../crypto/keyring.js';
@@ -37,7 +37,7 @@ export interface CopyIo {
 
 function load(path: string, io: CopyIo): LoadedConfig | null {
   try {
-    return loadFullConfig({ path });
+    return loadModel({ path }).config;
   } catch (err) {
     if (err instanceof ConfigError) {
       io.err(`tokenproxy store copy: ${err.message}\n`);

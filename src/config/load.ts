@@ -2,10 +2,11 @@
  * Configuration loading: file + environment → validate → resolve code files → freeze.
  * The only module that reads process.env and config files.
  *
- * src/config/ is a leaf: it imports nothing from the rest of src/. The checks that need another
- * module (a proxy's pointers and expressions, rate-limit rule names, trust_proxy CIDRs) are given
- * by the caller as `checks` (src/model/compile.ts `modelChecks`), so one ConfigError still names
- * every problem of a file.
+ * src/config/ is a leaf: it imports nothing from the rest of src/. What needs another module (a
+ * proxy's pointers and expressions, rate-limit rule names, trust_proxy CIDRs) is found by the
+ * compile step (src/model/compile.ts `loadModel`, issue 25), which reads a file with
+ * `readConfigFile` (the config and this module's problems, not thrown) and names the loader's
+ * problems and its own in one ConfigError.
  */
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
@@ -36,13 +37,21 @@ export interface LoadedConfig extends Config {
   readonly masterKeyFromEnv: string | undefined;
 }
 
-/** More checks of a schema-valid config (each problem prefixed with its path); run after the code files are read. */
-export type ConfigChecks = (cfg: Config) => string[];
-
 export interface LoadOptions {
   path?: string;
   env?: NodeJS.ProcessEnv;
-  checks?: ConfigChecks;
+}
+
+export interface ReadOptions {
+  source?: string | null;
+  env?: NodeJS.ProcessEnv;
+  baseDir?: string;
+}
+
+/** A schema-valid config, and the problems this module found in it (empty when none). */
+export interface ReadConfig {
+  config: LoadedConfig;
+  problems: string[];
 }
 
 /** `tenants[0].applications[1].permissions[2]` from a zod path. */
@@ -61,6 +70,25 @@ function zodProblems(error: z.ZodError): string[] {
 
 /** Reads, validates and freezes the config file named by options, flag or environment. */
 export function loadConfigFile(opts: LoadOptions = {}): LoadedConfig {
+  return orThrow(readConfigFile(opts));
+}
+
+/** Validates an in-memory config object (tests and embedding use this directly). */
+export function buildConfig(raw: unknown, opts: ReadOptions = {}): LoadedConfig {
+  return orThrow(readConfig(raw, opts));
+}
+
+function orThrow({ config, problems }: ReadConfig): LoadedConfig {
+  if (problems.length) throw new ConfigError(problems);
+  return config;
+}
+
+/**
+ * The config file named by options, flag or environment, read and frozen, with this module's
+ * problems (cross-references, code files) returned, not thrown; a file that cannot be read or
+ * parsed, or fails the schema, throws (there is no config to return).
+ */
+export function readConfigFile(opts: LoadOptions = {}): ReadConfig {
   const env = opts.env ?? process.env;
   const path = resolve(opts.path ?? env.TOKENPROXY_CONFIG ?? DEFAULT_CONFIG_PATH);
   let text: string;
@@ -81,11 +109,11 @@ export function loadConfigFile(opts: LoadOptions = {}): LoadedConfig {
     const alias = err instanceof ReferenceError && err.message.startsWith('Unresolved alias');
     throw new ConfigError([`${path}: not valid YAML or JSON: ${alias ? 'an alias (*name) names an anchor (&name) that is not set before it' : 'the document cannot be read as data'}`]);
   }
-  return buildConfig(raw ?? {}, { source: path, env, checks: opts.checks });
+  return readConfig(raw ?? {}, { source: path, env });
 }
 
-/** Validates an in-memory config object (tests and embedding use this directly). */
-export function buildConfig(raw: unknown, opts: { source?: string | null; env?: NodeJS.ProcessEnv; baseDir?: string; checks?: ConfigChecks } = {}): LoadedConfig {
+/** readConfigFile for an in-memory config object. */
+export function readConfig(raw: unknown, opts: ReadOptions = {}): ReadConfig {
   const env = opts.env ?? process.env;
   // A section left with only comments in YAML parses as null: treat it as absent (defaults).
   const input = raw && typeof raw === 'object' && !Array.isArray(raw)
@@ -114,11 +142,8 @@ export function buildConfig(raw: unknown, opts: { source?: string | null; env?: 
   const source = opts.source ?? null;
   const baseDir = opts.baseDir ?? (source ? dirname(source) : process.cwd());
   const problems = [...checkReferences(cfg), ...resolveCode(cfg, baseDir)];
-  if (opts.checks) problems.push(...opts.checks(cfg));
-  if (problems.length) throw new ConfigError(problems);
-
   const loaded: LoadedConfig = { ...cfg, source, masterKeyFromEnv: env.TOKENPROXY_MASTER_KEY };
-  return deepFreeze(loaded);
+  return { config: deepFreeze(loaded), problems };
 }
 
 /** Cross-field rules the schema cannot say alone. */

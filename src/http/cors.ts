@@ -18,7 +18,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { holds } from '../auth/access.js';
-import type { ApplicationConfig, TenantConfig } from '../config/schema.js';
+import type { Application, Tenant } from '../auth/tenancy.js';
 import { ServiceError } from '../errors.js';
 import type { Route } from './context.js';
 
@@ -64,8 +64,13 @@ export class OriginList {
 /** An origin as `allowed_origins` accepts it: `http(s)://host[:port]`, or `https://*.domain.tld`. */
 export const ORIGIN_PATTERN = /^(?:https?:\/\/(?:[a-z0-9-]+\.)*[a-z0-9-]+|https:\/\/\*\.(?:[a-z0-9-]+\.)+[a-z0-9-]+|https?:\/\/\[[0-9a-f:.]+\])(?::\d{1,5})?$/;
 
-/** The problems of `allowed_origins` in one tenant's applications (for the config's checks). */
-export function checkAllowedOrigins(tenant: TenantConfig, where: string): string[] {
+/** The applications of a tenant as the config gives them (only what this check reads). */
+interface ConfiguredApplications {
+  applications: ReadonlyArray<{ type: string; allowed_origins: readonly string[] }>;
+}
+
+/** The problems of `allowed_origins` in one tenant's applications (for the compile step, src/model/tenants.ts). */
+export function checkAllowedOrigins(tenant: ConfiguredApplications, where: string): string[] {
   const problems: string[] = [];
   tenant.applications.forEach((app, ai) => {
     if (app.allowed_origins.length === 0) return;
@@ -83,20 +88,20 @@ export function checkAllowedOrigins(tenant: TenantConfig, where: string): string
 }
 
 interface PublicApp {
-  app: ApplicationConfig;
+  app: Application;
   origins: OriginList;
 }
 
 /** Every tenant's public applications with origins, and the preflight and header decisions. */
 export class CorsPolicy {
   private readonly apps: PublicApp[] = [];
-  private readonly byApp = new Map<ApplicationConfig, OriginList>();
+  private readonly byApp = new Map<Application, OriginList>();
 
-  constructor(tenants: readonly TenantConfig[]) {
+  constructor(tenants: readonly Tenant[]) {
     for (const t of tenants) {
       for (const app of t.applications) {
-        if (app.type !== 'public' || app.allowed_origins.length === 0) continue;
-        const origins = new OriginList(app.allowed_origins);
+        if (app.type !== 'public' || app.allowedOrigins.length === 0) continue;
+        const origins = new OriginList(app.allowedOrigins);
         this.apps.push({ app, origins });
         this.byApp.set(app, origins);
       }
@@ -114,12 +119,12 @@ export class CorsPolicy {
   }
 
   /** The origins of an application (empty for a non-public one). */
-  originsOf(app: ApplicationConfig): OriginList | undefined {
+  originsOf(app: Application): OriginList | undefined {
     return this.byApp.get(app);
   }
 }
 
-function mayCall(app: ApplicationConfig, route: Route): boolean {
+function mayCall(app: Application, route: Route): boolean {
   if (route.kinds && !route.kinds.includes('public')) return false;
   return !route.permission || holds(app, route.permission);
 }

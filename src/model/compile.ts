@@ -1,36 +1,62 @@
 /**
- * The compile step: a loaded config (plain, validated data from src/config/) becomes the immutable
- * model that request handling reads: the key index, the compiled proxies, the reactor and
- * code-transform definitions for the reactor host, and the client-IP rules. Every problem the
- * other modules find in a config (a proxy's pointers and expressions, rate-limit rule names,
- * trust_proxy entries) is collected by `modelChecks`, which the loader runs with its own checks
- * so that one ConfigError names all of them.
+ * The compile step (issue 25): a loaded config (plain, validated data from src/config/) becomes
+ * the immutable model that request handling reads, in one pass: `compile(config)` returns the
+ * model or every problem. Each section compiler returns its compiled value or its problems (the
+ * tenants in tenants.ts; the proxies in src/proxy/compile.ts; the outbound allow-lists in
+ * src/proxy/egress.ts), so nothing is checked in one pass and built in another, and every file is
+ * read once (a CA file at compile, not again when the policy is built). The model holds domain
+ * objects, no config object on the request path: the tenants and applications (access rules
+ * sorted, scopes computed, keys as digests), the key index, the compiled proxies, the reactor
+ * and code-transform definitions, the egress policy, the CORS policy, the client-IP rules and
+ * the request limits.
  *
- * Request handling reads the current model through one `ModelRef`; a reload (reload.ts) compiles
- * a new model and swaps the reference, and a request keeps the model it started with.
+ * `loadModel` (the CLI, `tokenproxy check-config`) and a reload (reload.ts) read a file and compile
+ * it with the same function; the loader's problems and the compiler's are one ConfigError.
+ * Request handling reads the current model through one `ModelRef`; a reload swaps the reference,
+ * and a request keeps the model it started with.
  */
-import { reactorDefinitions } from '../api/reactors.js';
 import { KeyIndex, sha256 } from '../auth/keys.js';
-import { ConfigError, loadConfigFile, type LoadedConfig, type LoadOptions } from '../config/load.js';
-import type { Config, TenantConfig } from '../config/schema.js';
-import { checkAllowedOrigins } from '../http/cors.js';
+import type { Tenant } from '../auth/tenancy.js';
+import { ConfigError, readConfig, readConfigFile, type LoadedConfig, type LoadOptions, type ReadOptions } from '../config/load.js';
+import type { TenantConfig } from '../config/schema.js';
+import { CorsPolicy } from '../http/cors.js';
 import { createClientIp, createPeerTrust, parseCidr, type ClientIpResolver } from '../net/client-ip.js';
-import { checkProxy, compileProxy, proxyTransformDefinitions, type CompiledProxy } from '../proxy/compile.js';
-import { checkOutbound } from '../proxy/egress.js';
-import { validateCustomRateLimits } from '../rate-limit/rules.js';
+import { compiledOr, take, type Compiled, type Problem } from '../problems.js';
+import type { CompiledProxy } from '../proxy/compile.js';
+import { EgressPolicy, type AllowedEntry } from '../proxy/egress.js';
 import type { ReactorDefinition } from '../reactors/runtime.js';
+import { compileTenant, type CompiledTenant } from './tenants.js';
+
+export type { Problem };
+
+/** The limits every request is held to, each with its default resolved here (one source). */
+export interface RequestLimits {
+  readonly bodyLimitBytes: number;
+  readonly maxDepth: number;
+  /** Lingering close (src/http/linger.ts): `server.lingering_*`; max bytes default twice the body limit. */
+  readonly lingerTimeMs: number;
+  readonly lingerMaxBytes: number;
+}
 
 export interface Model {
-  /** The config compiled, with every API and proxy key as its digest (withKeyDigests). */
+  /**
+   * The config compiled, with every API and proxy key as its digest (withKeyDigests): for wiring
+   * and a reload (what changed, what needs a restart), not for the request path.
+   */
   readonly config: LoadedConfig;
+  readonly tenants: readonly Tenant[];
   readonly keys: KeyIndex;
   /** By `tenantId/proxyId`. */
   readonly proxies: ReadonlyMap<string, CompiledProxy>;
-  /** Every tenant's reactors and every proxy code transform, for the reactor host. */
+  /** Every tenant's reactors, then every proxy code transform, for the reactor host. */
   readonly reactors: readonly ReactorDefinition[];
+  /** The outbound proxy's allow-lists, CA files loaded (its pools are made on use; closed with it). */
+  readonly egress: EgressPolicy;
+  readonly cors: CorsPolicy;
   readonly clientIp: ClientIpResolver;
   /** Whether a socket peer is listed in server.trust_proxy. */
   readonly trustedPeer: (address: string) => boolean;
+  readonly limits: RequestLimits;
 }
 
 /** The one reference to the model in use; swapped whole by a reload. */
@@ -38,31 +64,29 @@ export class ModelRef {
   constructor(public current: Model) {}
 }
 
-/** The checks of a config that need modules outside src/config/ (see src/config/load.ts `checks`). */
-export function modelChecks(cfg: Config): string[] {
-  const problems: string[] = [];
-  cfg.server.trust_proxy.forEach((c, i) => {
+/** `server.trust_proxy` compiled: the client-IP resolver and the peer check. */
+function compileTrustProxy(list: readonly string[]): Compiled<Pick<Model, 'clientIp' | 'trustedPeer'>> {
+  const problems: Problem[] = [];
+  list.forEach((c, i) => {
     if (!parseCidr(c)) problems.push(`server.trust_proxy[${i}]: not an IP address or CIDR`);
   });
-  cfg.tenants.forEach((t, ti) => {
-    for (const p of validateCustomRateLimits(t.rate_limit_tier, t.custom_rate_limits)) problems.push(`tenants[${ti}].custom_rate_limits: ${p}`);
-    problems.push(...checkOutbound(t, `tenants[${ti}]`));
-    problems.push(...checkAllowedOrigins(t, `tenants[${ti}]`));
-    t.proxies.forEach((p, pi) => problems.push(...checkProxy(p, `tenants[${ti}].proxies[${pi}]`)));
-  });
-  return problems;
+  return compiledOr(problems, () => ({ clientIp: createClientIp(list), trustedPeer: createPeerTrust(list) }));
 }
 
-/** Reads and validates a config file with every check, the model's included. */
-export function loadFullConfig(opts: LoadOptions = {}): LoadedConfig {
-  return loadConfigFile({ ...opts, checks: modelChecks });
+function requestLimits(server: LoadedConfig['server']): RequestLimits {
+  return Object.freeze({
+    bodyLimitBytes: server.body_limit_bytes,
+    maxDepth: server.max_depth,
+    lingerTimeMs: server.lingering_time_ms,
+    lingerMaxBytes: server.lingering_max_bytes ?? 2 * server.body_limit_bytes,
+  });
 }
 
 /**
  * The config with every API key and proxy key given in plaintext replaced by its SHA-256 digest
- * (`{sha256}`, `key_sha256`), as if the file had held digests (issue 23): the model, and so every
- * Principal and compiled proxy built from it, never holds a configured key, and a reload compiles
- * its new file the same way. The loaded config is left as it was (the caller drops it).
+ * (`{sha256}`, `key_sha256`), as if the file had held digests (issue 23): the model never holds a
+ * configured key, and a reload compiles its new file the same way. The loaded config is left as
+ * it was (the caller drops it).
  */
 function withKeyDigests(config: LoadedConfig): LoadedConfig {
   const hex = (key: string) => sha256(key).toString('hex');
@@ -76,24 +100,68 @@ function withKeyDigests(config: LoadedConfig): LoadedConfig {
   return Object.freeze({ ...config, tenants: Object.freeze(tenants) as LoadedConfig['tenants'] });
 }
 
-/**
- * Compiles a loaded config; a config built without `modelChecks` is checked here (ConfigError).
- * The model keeps key digests only (withKeyDigests).
- */
-export function compileModel(loaded: LoadedConfig): Model {
-  const problems = modelChecks(loaded);
-  if (problems.length) throw new ConfigError(problems);
-  const config = withKeyDigests(loaded);
-  const proxies = new Map<string, CompiledProxy>();
-  for (const tenant of config.tenants) {
-    for (const p of tenant.proxies) proxies.set(`${tenant.id}/${p.id}`, compileProxy(tenant, p));
-  }
-  return Object.freeze({
-    config,
-    keys: new KeyIndex(config.tenants),
-    proxies,
-    reactors: Object.freeze([...reactorDefinitions(config.tenants), ...proxyTransformDefinitions(config.tenants)]),
-    clientIp: createClientIp(config.server.trust_proxy),
-    trustedPeer: createPeerTrust(config.server.trust_proxy),
+/** The model of a loaded config, or every problem the compiler finds in it (by config path). */
+export function compile(config: LoadedConfig): Model | Problem[] {
+  const problems: Problem[] = [];
+  const trust = take(compileTrustProxy(config.server.trust_proxy), problems);
+  const tenants: CompiledTenant[] = [];
+  config.tenants.forEach((t, ti) => {
+    const c = take(compileTenant(t, `tenants[${ti}]`), problems);
+    if (c) tenants.push(c);
   });
+  if (problems.length > 0 || !trust) return problems;
+  const keys = new KeyIndex();
+  const proxies = new Map<string, CompiledProxy>();
+  const egress = new Map<string, readonly AllowedEntry[]>();
+  for (const c of tenants) {
+    for (const { digest, app } of c.apiKeys) keys.addApiKey(digest, c.tenant, app);
+    for (const { digest, proxy } of c.proxies) {
+      proxies.set(`${c.tenant.id}/${proxy.settings.id}`, proxy);
+      if (digest) keys.addProxyKey(digest, c.tenant, proxy.settings);
+    }
+    egress.set(c.tenant.id, c.egress);
+  }
+  const domain = Object.freeze(tenants.map((c) => c.tenant));
+  return Object.freeze({
+    config: withKeyDigests(config),
+    tenants: domain,
+    keys,
+    proxies,
+    reactors: Object.freeze([...tenants.flatMap((c) => c.reactors), ...tenants.flatMap((c) => c.proxies.flatMap((p) => p.proxy.definitions))]),
+    egress: new EgressPolicy(egress),
+    cors: new CorsPolicy(domain),
+    ...trust,
+    limits: requestLimits(config.server),
+  });
+}
+
+/** A file or object read and compiled: the loaded config (as the file gives it) and its model. */
+export interface LoadedModel {
+  config: LoadedConfig;
+  model: Model;
+}
+
+/** The loader's problems and the compiler's as one ConfigError, or the model. */
+function compiledModel({ config, problems }: { config: LoadedConfig; problems: readonly Problem[] }): LoadedModel {
+  const compiled = compile(config);
+  const all = [...problems, ...(Array.isArray(compiled) ? compiled : [])];
+  if (all.length > 0 || Array.isArray(compiled)) throw new ConfigError(all);
+  return { config, model: compiled };
+}
+
+/** Reads a config file and compiles it; a ConfigError names every problem of the file. */
+export function loadModel(opts: LoadOptions = {}): LoadedModel {
+  return compiledModel(readConfigFile(opts));
+}
+
+/** Validates an in-memory config object and compiles it (tests and embedding). */
+export function buildModel(raw: unknown, opts: ReadOptions = {}): LoadedModel {
+  return compiledModel(readConfig(raw, opts));
+}
+
+/** The model of a config known to be valid, or a ConfigError naming every problem. */
+export function compileOrThrow(config: LoadedConfig): Model {
+  const compiled = compile(config);
+  if (Array.isArray(compiled)) throw new ConfigError(compiled);
+  return compiled;
 }

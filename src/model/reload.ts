@@ -6,14 +6,14 @@
  * and keep their running value. The data keys are reloaded too (a key another instance or
  * `tokenproxy rotate-data-key` added), and also every `store.data_key_refresh_seconds`.
  */
-import { ConfigError } from '../config/load.js';
+import { ConfigError, readConfigFile } from '../config/load.js';
 import { applyLive } from '../config/live.js';
 import type { KeyRing } from '../crypto/keyring.js';
 import type { Logger } from '../log.js';
 import type { ReactorMetrics } from '../reactors/metrics.js';
 import { publishedKeyRefusal } from '../production.js';
 import { ReactorRuntime, type ReactorDefinition } from '../reactors/runtime.js';
-import { compileModel, loadFullConfig, type Model, type ModelRef } from './compile.js';
+import { compile, type Model, type ModelRef } from './compile.js';
 
 export interface ReloadOutcome {
   /** The new model is in use. */
@@ -106,12 +106,18 @@ export class Reloader {
     let model: Model;
     let restartNeeded: string[];
     try {
-      const applied = applyLive(running, loadFullConfig({ path: running.source }));
+      // One compile (issue 25): the file's live settings over the running ones, compiled once; the
+      // loader's problems with the file and the compiler's are refused together.
+      const read = readConfigFile({ path: running.source });
+      const applied = applyLive(running, read.config);
+      const compiled = compile(applied.config);
+      const problems = [...read.problems, ...(Array.isArray(compiled) ? compiled : [])];
+      if (problems.length > 0 || Array.isArray(compiled)) throw new ConfigError(problems);
       // issue 29: production mode refuses the published development keys at a reload as at start.
       const published = applied.config.server.mode === 'production' ? publishedKeyRefusal(applied.config) : null;
       if (published) throw new ConfigError([`production mode: ${published}`]);
       restartNeeded = applied.restartNeeded;
-      model = compileModel(applied.config);
+      model = compiled;
     } catch (err) {
       if (err instanceof ConfigError) return refused(err.problems);
       throw err;

@@ -19,13 +19,13 @@ import { lookup } from 'node:dns/promises';
 import { BlockList, isIP } from 'node:net';
 import { rootCertificates } from 'node:tls';
 import { buildConnector, Pool } from 'undici';
-import type { TenantConfig } from '../config/schema.js';
 import { ServiceError } from '../errors.js';
+import { compiledOr, type Compiled, type Problem } from '../problems.js';
 
 /** An entry of `outbound.allowed_destinations` as written in the config. */
 export type AllowedDestinationConfig = string | { origin: string; tls?: { ca_file: string } | undefined };
 
-interface AllowedEntry {
+export interface AllowedEntry {
   scheme: 'http:' | 'https:';
   /** Lower-case labels; `*` matches one label. An IP literal is one "label" (v6 without brackets). */
   labels: string[];
@@ -122,23 +122,36 @@ function wildcardProblem(fixed: readonly string[]): string | null {
   return null;
 }
 
-/** Start-up problems of one tenant's `outbound` section, each prefixed with its config path. */
-export function checkOutbound(tenant: Pick<TenantConfig, 'outbound'>, at: string): string[] {
-  const problems: string[] = [];
-  tenant.outbound.allowed_destinations.forEach((e, i) => {
-    const here = `${at}.outbound.allowed_destinations[${i}]`;
+/** A tenant's `outbound` section as the config gives it. */
+export interface OutboundSection {
+  allowed_destinations: readonly AllowedDestinationConfig[];
+  timeout_ms: number;
+}
+
+/**
+ * One tenant's `outbound` section compiled (issue 25): every entry parsed and its CA file read
+ * once, here, or the problems, each prefixed with its config path.
+ */
+export function compileOutbound(outbound: OutboundSection, at: string): Compiled<readonly AllowedEntry[]> {
+  const problems: Problem[] = [];
+  const entries: AllowedEntry[] = [];
+  outbound.allowed_destinations.forEach((e, index) => {
+    const here = `${at}.outbound.allowed_destinations[${index}]`;
     const parsed = parseEntry(entryOrigin(e));
     if (typeof parsed === 'string') problems.push(`${here}: ${parsed}`);
+    let ca: string | undefined;
     if (typeof e !== 'string' && e.tls) {
       if (typeof parsed !== 'string' && parsed.scheme !== 'https:') problems.push(`${here}.tls: only an https destination takes a CA file`);
       try {
-        if (!readFileSync(e.tls.ca_file, 'utf8').includes('-----BEGIN CERTIFICATE-----')) problems.push(`${here}.tls.ca_file: holds no PEM certificate`);
+        ca = readFileSync(e.tls.ca_file, 'utf8');
+        if (!ca.includes('-----BEGIN CERTIFICATE-----')) problems.push(`${here}.tls.ca_file: holds no PEM certificate`);
       } catch (err) {
         problems.push(`${here}.tls.ca_file: cannot read ${e.tls.ca_file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
       }
     }
+    if (typeof parsed !== 'string') entries.push(Object.freeze({ ...parsed, ca, index, timeoutMs: outbound.timeout_ms }));
   });
-  return problems;
+  return compiledOr(problems, () => Object.freeze(entries));
 }
 
 // ---- addresses ---------------------------------------------------------------------------------
@@ -241,23 +254,15 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
 const systemLookup = async (host: string): Promise<string[]> => (await lookup(host, { all: true, verbatim: true })).map((a) => a.address);
 
 export class EgressPolicy {
-  private readonly byTenant = new Map<string, AllowedEntry[]>();
   private readonly pools = new Map<string, Pool>();
   private readonly lookup: (host: string) => Promise<string[]>;
 
-  constructor(tenants: readonly TenantConfig[], opts: EgressOptions = {}) {
+  /**
+   * `byTenant`: each tenant's compiled allow-list (compileOutbound; the model builds the policy,
+   * issue 25). Pools are made on first use and closed by `close`.
+   */
+  constructor(readonly byTenant: ReadonlyMap<string, readonly AllowedEntry[]>, opts: EgressOptions = {}) {
     this.lookup = opts.lookup ?? systemLookup;
-    for (const t of tenants) {
-      const entries: AllowedEntry[] = [];
-      t.outbound.allowed_destinations.forEach((e, index) => {
-        const parsed = parseEntry(entryOrigin(e));
-        // The config loader refused bad entries (checkOutbound); one here is a programming error.
-        if (typeof parsed === 'string') throw new Error(`tenant ${t.id}: allowed_destinations[${index}]: ${parsed}`);
-        const ca = typeof e !== 'string' && e.tls ? readFileSync(e.tls.ca_file, 'utf8') : undefined;
-        entries.push({ ...parsed, ca, index, timeoutMs: t.outbound.timeout_ms });
-      });
-      this.byTenant.set(t.id, entries);
-    }
   }
 
   /** The first allow-list entry that matches `url`, or throws destination_not_allowed. */

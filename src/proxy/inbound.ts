@@ -63,8 +63,8 @@ export class InboundProxy {
     this.transforms = new ProxyTransforms(opts.tokens, opts.runtime);
     this.upgrades = new UpgradeForwarder(opts.log);
     for (const [key, proxy] of proxies) {
-      const metrics = opts.metrics?.proxy(proxy.tenant.id, proxy.config.id);
-      this.entries.set(key, { proxy, upstream: new Upstream(proxy.destination.origin, proxy.config.timeout_ms), leakFindings: 0, metrics });
+      const metrics = opts.metrics?.proxy(proxy.tenant.id, proxy.settings.id);
+      this.entries.set(key, { proxy, upstream: new Upstream(proxy.destination.origin, proxy.settings.timeout_ms), leakFindings: 0, metrics });
     }
   }
 
@@ -84,7 +84,7 @@ export class InboundProxy {
     const headers = outgoingHeaders(ctx.req.headers, { peer, peerTrusted: this.opts.trustedPeer(peer), host: ctx.req.headers.host });
     const { proxy } = entry;
     // What transforms see of the request; a proxy without transforms never builds it.
-    const tctx = proxy.buffered || proxy.response.length > 0 ? transformContext(ctx, method, target) : null;
+    const tctx = proxy.buffered || proxy.transformsAnswer ? transformContext(ctx, method, target) : null;
     if (proxy.detokenizes) tctx!.detokenize = this.detokenizeContext(ctx, proxy, path);
     if (proxy.buffered) return this.transformed(ctx, entry, path, headers, tctx!);
     return this.passThrough(ctx, entry, method, path, headers, tctx);
@@ -127,7 +127,7 @@ export class InboundProxy {
     if (hasBody) {
       if (length !== undefined) headers['content-length'] = length;
       body = req;
-      if (entry.proxy.config.leak_guard === 'log') {
+      if (entry.proxy.settings.leak_guard === 'log') {
         const scanner = new LeakScanner(scanType(headerText(req.headers['content-type'])));
         body = req.pipe(
           new Transform({
@@ -147,7 +147,7 @@ export class InboundProxy {
     }
     const request = { method, path, headers, body };
     // Without response transforms, straight to streamThrough: one async frame fewer.
-    return entry.proxy.response.length > 0 ? this.forward(ctx, entry, request, {}, tctx) : this.streamThrough(ctx, entry, request);
+    return entry.proxy.transformsAnswer ? this.forward(ctx, entry, request, {}, tctx) : this.streamThrough(ctx, entry, request);
   }
 
   /**
@@ -186,7 +186,7 @@ export class InboundProxy {
       const bare = q === -1 ? path : path.slice(0, q);
       path = outcome.query === '' ? bare : `${bare}?${outcome.query}`;
     }
-    if (proxy.config.leak_guard !== 'off') {
+    if (proxy.settings.leak_guard !== 'off') {
       // Scanned as the destination will decode it: by the Content-Type it is sent with. Card
       // numbers a detokenize step put in on purpose are not findings: it checks the body before.
       const scanned = outcome.beforeDetokenize ?? bytes;
@@ -194,8 +194,8 @@ export class InboundProxy {
       // an alias_card one passes Luhn: they are let through; a real card in the same body is not.
       const aliases = new Set(outcome.prepared.filter((x) => x.def.alias !== null).map((x) => x.record.id));
       const scan = await scanBodyYielding(scanned, scanType(headerText(outcome.headers['content-type'])), aliases);
-      this.leakFound(ctx, entry, scan.findings, proxy.config.leak_guard === 'block');
-      if (scan.undecodable) this.undecodable(ctx, entry, proxy.config.leak_guard === 'block');
+      this.leakFound(ctx, entry, scan.findings, proxy.settings.leak_guard === 'block');
+      if (scan.undecodable) this.undecodable(ctx, entry, proxy.settings.leak_guard === 'block');
     }
     // Every token of every tokenize step in one all-or-nothing write, before anything leaves.
     if (outcome.prepared.length > 0) await this.opts.tokens.commit(outcome.prepared);
@@ -215,7 +215,7 @@ export class InboundProxy {
     tctx: TransformContext | null,
   ): Promise<void> {
     const { proxy } = entry;
-    if (proxy.response.length === 0) return this.streamThrough(ctx, entry, request);
+    if (!proxy.transformsAnswer) return this.streamThrough(ctx, entry, request);
     // Credentials of destination_url, set after the transforms so user code never sees them.
     if (proxy.destination.authorization) request.headers.authorization = proxy.destination.authorization;
     // Response transforms read the body: ask for it uncompressed.
@@ -268,7 +268,7 @@ export class InboundProxy {
     entry.leakFindings += findings;
     entry.metrics?.leaks(findings, block);
     ctx.log.warn(
-      { proxy: entry.proxy.config.id, findings, total: entry.leakFindings, action: block ? 'blocked' : 'forwarded' },
+      { proxy: entry.proxy.settings.id, findings, total: entry.leakFindings, action: block ? 'blocked' : 'forwarded' },
       'leak guard: a card number in plaintext in the body to the destination',
     );
     if (block) {
@@ -283,7 +283,7 @@ export class InboundProxy {
    */
   private undecodable(ctx: Context, entry: Entry, block: boolean): void {
     ctx.log.warn(
-      { proxy: entry.proxy.config.id, undecodable: true, action: block ? 'blocked' : 'forwarded' },
+      { proxy: entry.proxy.settings.id, undecodable: true, action: block ? 'blocked' : 'forwarded' },
       'leak guard: the body is in a charset the guard cannot decode',
     );
     if (block) {

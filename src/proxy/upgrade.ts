@@ -38,8 +38,8 @@ export class UpgradeForwarder {
 
   /** Throws ServiceError before anything is written; afterwards failures close the socket. */
   forward(proxy: CompiledProxy, req: IncomingMessage, socket: Duplex, head: Buffer, fwd: Omit<ForwardedFor, 'host'>): void {
-    const { config } = proxy;
-    if (proxy.request.length > 0 || proxy.response.length > 0 || config.leak_guard === 'block') {
+    const { settings: config } = proxy;
+    if (!proxy.upgradable) {
       throw new ServiceError('upgrade_not_allowed', {
         detail: 'This proxy transforms or blocks bodies; upgraded connections would bypass that',
       });

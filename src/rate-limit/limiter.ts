@@ -42,7 +42,7 @@ import cluster from 'node:cluster';
 import { addressBlock } from '../net/client-ip.js';
 import { createRedisClient } from '../redis/connect.js';
 import { RateLimiterCluster, RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
-import { DEFAULT_RATE_LIMIT_TABLE, type Config, type RateRuleOverride } from '../config/schema.js';
+import { DEFAULT_RATE_LIMIT_TABLE, type Config } from '../config/schema.js';
 import type { Logger } from '../log.js';
 import { decide, NO_LIMITS, type Outcome as AnyOutcome, type RateLimitDecision } from './decide.js';
 import { StoreHealth } from './store-health.js';
@@ -50,13 +50,11 @@ import { PostgresCounters } from './postgres.js';
 import type pg from 'pg';
 import {
   ruleMatches,
-  resolveRules,
   type Counter,
   type EffectiveRule,
   type KeyKind,
   type RouteGroup,
   type RuleLimits,
-  type Tier,
 } from './rules.js';
 
 export type { RouteGroup, KeyKind, Tier } from './rules.js';
@@ -65,12 +63,12 @@ export type { RateLimitDecision } from './decide.js';
 /** The `rate_limits` section; `table` (PostgreSQL only) may be left out by callers that build it in code. */
 export type RateLimitConfig = Omit<Config['rate_limits'], 'table'> & { table?: string };
 
-/** The tenant fields the limits depend on (a `TenantConfig` fits). */
+/** The tenant fields the limits depend on (the model's Tenant fits). */
 export interface RateLimitTenant {
   id: string;
   test: boolean;
-  rate_limit_tier: Tier;
-  custom_rate_limits: Readonly<Record<string, RateRuleOverride>>;
+  /** Its tier's rules with its custom overrides merged (rules.ts compileRateTable, at compile time). */
+  rateTable: readonly EffectiveRule[];
 }
 
 export interface RateLimitSubject {
@@ -142,8 +140,7 @@ interface CompiledRule extends EffectiveRule {
 }
 
 interface TenantEntry {
-  tier: Tier;
-  custom: RateLimitTenant['custom_rate_limits'];
+  table: RateLimitTenant['rateTable'];
   test: boolean;
   /** Every rule of the tenant, compiled (each holds one reference to its limiter). */
   rules: CompiledRule[];
@@ -374,13 +371,13 @@ export class RateLimitService {
   private rulesFor(subject: RateLimitSubject): CompiledRule[] {
     const tenant = subject.tenant;
     let entry = this.tenants.get(tenant.id);
-    if (!entry || entry.tier !== tenant.rate_limit_tier || entry.custom !== tenant.custom_rate_limits || entry.test !== tenant.test) {
+    if (!entry || entry.table !== tenant.rateTable || entry.test !== tenant.test) {
       const old = entry;
-      // A reload gives every tenant new config objects: compile the new rules before releasing
-      // the old ones, so a limiter whose limits did not change is kept, with its counters.
+      // A reload gives every tenant a new table: compile the new rules before releasing the old
+      // ones, so a limiter whose limits did not change is kept, with its counters.
       entry = {
-        tier: tenant.rate_limit_tier, custom: tenant.custom_rate_limits, test: tenant.test,
-        rules: resolveRules(tenant.rate_limit_tier, tenant.custom_rate_limits).map((r) => this.compile(r)),
+        table: tenant.rateTable, test: tenant.test,
+        rules: tenant.rateTable.map((r) => this.compile(r)),
         selected: new Map(),
       };
       this.tenants.set(tenant.id, entry);

@@ -10,6 +10,7 @@
  * "Rules" table of docs/rate-limits.md and its test read.
  */
 import type { RateRuleOverride } from '../config/schema.js';
+import { compiledOr, type Compiled } from '../problems.js';
 
 export type Tier = 'default' | 'higher';
 export type KeyKind = 'public' | 'private' | 'management';
@@ -208,6 +209,16 @@ export function applyOverride(base: RuleLimits, o: RateRuleOverride | undefined)
 export function resolveRules(tier: Tier, custom: Readonly<Record<string, RateRuleOverride>> = {}): EffectiveRule[] {
   const limits = TIERS[tier];
   return RULES.map((def) => ({ ...def, limits: applyOverride(limits[def.name], custom[def.name]) }));
+}
+
+/**
+ * A tenant's rate-limit table compiled (issue 25): its tier's rules with its custom overrides
+ * merged, built once by the compile step, or the problems of `custom_rate_limits` (prefixed with
+ * `at`, the tenant's config path).
+ */
+export function compileRateTable(tier: Tier, custom: Readonly<Record<string, RateRuleOverride>>, at: string): Compiled<readonly EffectiveRule[]> {
+  const problems = validateCustomRateLimits(tier, custom).map((p) => `${at}.custom_rate_limits: ${p}`);
+  return compiledOr(problems, () => Object.freeze(resolveRules(tier, custom)));
 }
 
 /**

@@ -9,7 +9,7 @@ import t from 'tap';
 import { hash } from 'node:crypto';
 import { buildConfig } from '../../src/config/load.js';
 import { applyLive } from '../../src/config/live.js';
-import { compileModel } from '../../src/model/compile.js';
+import { compileOrThrow } from '../../src/model/compile.js';
 import { KEYS, startTestService, TENANT_A } from '../helpers/service.js';
 import { configWithProxies, PROXY_KEY, PROXY_KEY_B } from '../helpers/proxy.js';
 
@@ -90,10 +90,10 @@ t.test('the running model holds no configured key, and every key still authentic
 });
 
 t.test('a model compiled by a reload holds no configured key either', async (t) => {
-  const running = compileModel(buildConfig(rawConfig(), { env: {} }));
+  const running = compileOrThrow(buildConfig(rawConfig(), { env: {} }));
   const next = buildConfig(rawConfig(), { env: {} });
   const { config } = applyLive(running.config, next);
-  const model = compileModel(config);
+  const model = compileOrThrow(config);
   t.same(leaked(model), [], 'the reloaded model');
   t.ok(model.keys.findApiKey(KEYS.private), 'keys resolve');
   t.equal(model.keys.findApiKey(KEYS.private)!.tenant.id, TENANT_A);

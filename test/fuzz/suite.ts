@@ -22,8 +22,8 @@ import { randomInt } from 'node:crypto';
 import { Readable } from 'node:stream';
 import type { IncomingMessage } from 'node:http';
 import type { Test } from 'tap';
-import { KeyIndex, type Principal } from '../../src/auth/keys.js';
-import { buildConfig } from '../../src/config/load.js';
+import type { Principal } from '../../src/auth/keys.js';
+import { buildModel } from '../../src/model/compile.js';
 import { toProblem } from '../../src/errors.js';
 import { readJson } from '../../src/http/body.js';
 import type { Store } from '../../src/store/types.js';
@@ -282,8 +282,7 @@ async function runProperty(t: Test, name: string, oracle: Oracle, target: Target
 }
 
 function inProcessTarget(s: TestService): Target {
-  const config = buildConfig({ ...baseConfig(), store: { kind: 'embedded', path: ':memory:' } }, { env: { TOKENPROXY_MASTER_KEY: s.masterKey } });
-  const keys = new KeyIndex(config.tenants);
+  const { config, model: { keys } } = buildModel({ ...baseConfig(), store: { kind: 'embedded', path: ':memory:' } }, { env: { TOKENPROXY_MASTER_KEY: s.masterKey } });
   const principals = Object.fromEntries(KEY_NAMES.map((k) => [k, keys.findApiKey(KEYS[k])!])) as Record<KeyName, Principal>;
   const tokens = s.svc.tokens;
   const { max_depth: maxDepth, body_limit_bytes: bodyLimit } = config.server;

@@ -6,7 +6,7 @@
  */
 import t from 'tap';
 import type { Principal } from '../../src/auth/keys.js';
-import { buildConfig } from '../../src/config/load.js';
+import { buildModel } from '../../src/model/compile.js';
 import { ExpressionScan, type ExpressionUses } from '../../src/detokenize/expressions.js';
 import { ServiceError } from '../../src/errors.js';
 import { randomCard } from '../helpers/secrets.js';
@@ -41,9 +41,9 @@ const raw = {
     { id: OTHER, name: 'other', applications: [app(5, ['token:use'])] },
   ],
 };
-const config = buildConfig(raw, { env: {} });
+const { model } = buildModel(raw, { env: {} });
 const principal = (tenant: number, n: number): Principal => {
-  const tc = config.tenants[tenant]!;
+  const tc = model.tenants[tenant]!;
   const a = tc.applications.find((x) => x.name === `app${n}`)!;
   return { tenant: tc, app: a, keyId: `k${n}`, kind: 'private' };
 };

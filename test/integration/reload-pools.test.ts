@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { createLogger } from '../../src/log.js';
-import { loadFullConfig } from '../../src/model/compile.js';
+import { loadModel } from '../../src/model/compile.js';
 import { startService } from '../../src/server.js';
 import { baseConfig, call, KEYS } from '../helpers/service.js';
 import { PROXY_KEY } from '../helpers/proxy.js';
@@ -57,7 +57,7 @@ t.test('a reload closes the old model\'s outbound and proxy pools', async (t) =>
   cfg.tenants[0].proxies = [{ id: 'p', name: 'p', key: PROXY_KEY, destination_url: inb.url, require_auth: false }];
   cfg.store = { kind: 'embedded', path: join(dir, 'tokens.db') };
   const path = writeConfig(dir, cfg);
-  const config = loadFullConfig({ path, env: { TOKENPROXY_MASTER_KEY: randomBytes(32).toString('base64') } });
+  const { config } = loadModel({ path, env: { TOKENPROXY_MASTER_KEY: randomBytes(32).toString('base64') } });
   const svc = await startService(config, { log: createLogger('error') });
   t.teardown(() => svc.close());
 

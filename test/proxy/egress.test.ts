@@ -7,8 +7,8 @@ import t from 'tap';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildConfig, ConfigError } from '../../src/config/load.js';
-import { modelChecks } from '../../src/model/compile.js';
+import { ConfigError } from '../../src/config/load.js';
+import { buildModel } from '../../src/model/compile.js';
 import { EgressPolicy, isInternalAddress } from '../../src/proxy/egress.js';
 import { ServiceError } from '../../src/errors.js';
 
@@ -24,8 +24,9 @@ function thrown(fn: () => unknown): unknown {
   return undefined;
 }
 
+/** The compiled allow-lists of one tenant with `allowed` (the model's egress policy, issue 25). */
 function tenants(allowed: unknown[]) {
-  return buildConfig({ tenants: [{ id: TENANT, name: 't', outbound: { allowed_destinations: allowed } }] }, { env: {}, checks: modelChecks }).tenants;
+  return buildModel({ tenants: [{ id: TENANT, name: 't', outbound: { allowed_destinations: allowed } }] }, { env: {} }).model.egress.byTenant;
 }
 
 t.test('internal addresses', async (t) => {
@@ -84,7 +85,7 @@ t.test('resolve: a wildcard entry never reaches an internal address; an exact on
 });
 
 t.test('a DNS lookup that never answers ends within the timeout', async (t) => {
-  const ts = buildConfig({ tenants: [{ id: TENANT, name: 't', outbound: { allowed_destinations: ['https://*.example.com'], timeout_ms: 50 } }] }, { env: {}, checks: modelChecks }).tenants;
+  const ts = buildModel({ tenants: [{ id: TENANT, name: 't', outbound: { allowed_destinations: ['https://*.example.com'], timeout_ms: 50 } }] }, { env: {} }).model.egress.byTenant;
   const policy = new EgressPolicy(ts, { lookup: () => new Promise<string[]>(() => {}) });
   t.teardown(() => policy.close());
   await t.rejects(policy.resolve(TENANT, new URL('https://api.example.com/')), { code: 'destination_unresolvable' });
@@ -125,5 +126,5 @@ t.test('a bad allow-list stops start-up with a clear problem', async (t) => {
       { problems: e instanceof ConfigError ? e.problems : e },
     );
   }
-  t.same(buildConfig({ tenants: [{ id: TENANT, name: 't' }] }, { env: {}, checks: modelChecks }).tenants[0]!.outbound.allowed_destinations, [], 'default: empty, so every destination is refused');
+  t.same(buildModel({ tenants: [{ id: TENANT, name: 't' }] }, { env: {} }).config.tenants[0]!.outbound.allowed_destinations, [], 'default: empty, so every destination is refused');
 });

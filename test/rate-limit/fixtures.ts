@@ -8,10 +8,17 @@ import type { Test } from 'tap';
 import type { RateRuleOverride } from '../../src/config/schema.js';
 import { ServiceError } from '../../src/errors.js';
 import { createLogger, type Logger } from '../../src/log.js';
-import type { RateLimitConfig, RateLimitDecision, RateLimitSubject, RateLimitTenant } from '../../src/rate-limit/limiter.js';
+import type { RateLimitConfig, RateLimitDecision, RateLimitSubject, RateLimitTenant, Tier } from '../../src/rate-limit/limiter.js';
+import { resolveRules } from '../../src/rate-limit/rules.js';
 
-export function tenantWith(custom: Record<string, RateRuleOverride> = {}, extra: Partial<RateLimitTenant> = {}): RateLimitTenant {
-  return { id: randomUUID(), test: false, rate_limit_tier: 'default', custom_rate_limits: custom, ...extra };
+/** A tenant as the compile step makes it: its tier's rate table with `custom` merged (issue 25). */
+export function tenantWith(custom: Record<string, RateRuleOverride> = {}, extra: { id?: string; test?: boolean; tier?: Tier } = {}): RateLimitTenant {
+  return { id: extra.id ?? randomUUID(), test: extra.test ?? false, rateTable: resolveRules(extra.tier ?? 'default', custom) };
+}
+
+/** The same tenant after a reload that gave it `custom` (a new table, as every reload makes). */
+export function reloadedWith(tenant: RateLimitTenant, custom: Record<string, RateRuleOverride>): RateLimitTenant {
+  return { ...tenant, rateTable: resolveRules('default', custom) };
 }
 
 export function memoryConfig(extra: Partial<RateLimitConfig> = {}): RateLimitConfig {

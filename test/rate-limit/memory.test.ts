@@ -7,7 +7,7 @@ import { ServiceError } from '../../src/errors.js';
 import { RateLimitService, type RateLimitDecision } from '../../src/rate-limit/limiter.js';
 import { ROUTE_GROUPS, type RuleName } from '../../src/rate-limit/rules.js';
 import { sleep } from '../helpers/wait.js';
-import { captureLog, expect429, memoryConfig, onTime, outcome, replay, tenantWith, type Outcome, type Subject } from './fixtures.js';
+import { captureLog, expect429, memoryConfig, onTime, outcome, reloadedWith, replay, tenantWith, type Outcome, type Subject } from './fixtures.js';
 
 const { log } = captureLog();
 const service = () => {
@@ -238,20 +238,20 @@ t.test('counters survive a re-resolved tenant object with the same limits', asyn
   const tenant = tenantWith({ private_key: { points: 2, duration_seconds: 30 } });
   const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
   await limits.check(s);
-  const copy = { ...tenant, custom_rate_limits: { private_key: { points: 2, duration_seconds: 30 } } };
+  const copy = reloadedWith(tenant, { private_key: { points: 2, duration_seconds: 30 } });
   await limits.check({ ...s, tenant: copy });
   await expect429(t, limits.check({ ...s, tenant: copy }), 2);
   // A changed limit applies at once (a new limiter); the old one is kept for tenants still on it.
-  const raised = { ...tenant, custom_rate_limits: { private_key: { points: 5, duration_seconds: 30 } } };
+  const raised = reloadedWith(tenant, { private_key: { points: 5, duration_seconds: 30 } });
   t.equal((await limits.check({ ...s, tenant: raised })).headers['RateLimit-Limit'], '5');
 });
 
 t.test('higher tier and test tenant defaults', async (t) => {
   const limits = service();
-  const higher = tenantWith({}, { rate_limit_tier: 'higher' });
+  const higher = tenantWith({}, { tier: 'higher' });
   const h = await limits.check({ tenant: higher, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' });
   t.equal(h.headers['RateLimit-Limit'], '2000');
-  const test = tenantWith({}, { test: true, rate_limit_tier: 'higher' });
+  const test = tenantWith({}, { test: true, tier: 'higher' });
   const tt = await limits.check({ tenant: test, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' });
   t.equal(tt.headers['RateLimit-Limit'], '50', 'test tenant: 50 / 10 s in the higher tier too');
 });

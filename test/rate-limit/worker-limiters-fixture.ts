@@ -7,7 +7,7 @@
  */
 import { RateLimitService, type RateLimitSubject, type RateLimitTenant } from '../../src/rate-limit/limiter.js';
 import { ServiceError } from '../../src/errors.js';
-import { captureLog, memoryConfig, tenantWith } from './fixtures.js';
+import { captureLog, memoryConfig, reloadedWith, tenantWith } from './fixtures.js';
 
 const listeners = (): number => process.listenerCount('message');
 const service = RateLimitService.create(memoryConfig(), { log: captureLog().log });
@@ -23,8 +23,8 @@ const perReload: Array<{ listeners: number; limiters: number; check: string }> =
 const steadyChecks: string[] = [await check(steady), await check(steady)];
 for (let reload = 1; reload <= 20; reload++) {
   // A reload: new limits for one tenant, the same limits (in new objects) for the other.
-  changing = { ...changing, custom_rate_limits: { private_key: { points: 100 + reload, duration_seconds: 60 } } };
-  const steadyNow = { ...steady, custom_rate_limits: { private_key: { points: 3, duration_seconds: 60 } } };
+  changing = reloadedWith(changing, { private_key: { points: 100 + reload, duration_seconds: 60 } });
+  const steadyNow = reloadedWith(steady, { private_key: { points: 3, duration_seconds: 60 } });
   service.retain([changing.id, steady.id]);
   const c = await check(changing);
   if (reload === 20) steadyChecks.push(await check(steadyNow), await check(steadyNow));

@@ -1,7 +1,9 @@
 /** auth/access.ts: the token access decisions, and the search and fingerprint scopes the stores apply. */
 import t from 'tap';
 import fc from 'fast-check';
+import type { Application } from '../../src/auth/tenancy.js';
 import type { ApplicationConfig, Permission } from '../../src/config/schema.js';
+import { compileApplication } from '../../src/model/tenants.js';
 import {
   fingerprintScope, grant, mayDeduplicate, readTransform, requireExpressionWrite, requireGrant, searchScope, showsFingerprint,
 } from '../../src/auth/access.js';
@@ -10,8 +12,9 @@ import { scopeAllows } from '../../src/store/codec.js';
 const PERMS: Permission[] = ['token:create', 'token:read', 'token:update', 'token:delete', 'token:search'];
 const CONTAINERS = ['/', '/a/', '/a/b/', '/a/b/c/', '/ab/', '/x/', '/x/y/', '/general/high/', '/pci/high/'];
 
-function app(permissions: Permission[], rules: ApplicationConfig['rules']): ApplicationConfig {
-  return { id: 'app', name: 'app', type: 'private', keys: ['k'.repeat(16)], permissions, rules, legacy: false, allowed_origins: [] };
+/** An application as the compiler makes it (issue 25: rules sorted and scopes computed there). */
+function app(permissions: Permission[], rules: ApplicationConfig['rules']): Application {
+  return compileApplication({ id: 'app', name: 'app', type: 'private', keys: ['k'.repeat(16)], permissions, rules, legacy: false, allowed_origins: [] });
 }
 
 t.test('the search scope admits exactly the containers search is granted on', async (t) => {

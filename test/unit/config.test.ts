@@ -4,7 +4,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildConfig, ConfigError, loadConfigFile } from '../../src/config/load.js';
-import { modelChecks } from '../../src/model/compile.js';
+import { buildModel } from '../../src/model/compile.js';
 
 const tenant = (apps: unknown[], extra: Record<string, unknown> = {}) => ({
   tenants: [{ id: '7f1c6b3e-0d2a-4c59-9a4e-3b8d2f6a1c10', name: 'x', applications: apps, ...extra }],
@@ -15,7 +15,7 @@ const app = (extra: Record<string, unknown> = {}) => ({
 
 function problems(raw: unknown): string[] {
   try {
-    buildConfig(raw, { env: {}, checks: modelChecks });
+    buildModel(raw, { env: {} });
   } catch (e) {
     if (e instanceof ConfigError) return e.problems;
     throw e;

@@ -145,3 +145,48 @@ t.test('no two folders of src/ import each other, directly or around a circle', 
   const found = cycles(folders).map((c) => c.join(' → '));
   t.same(found, [], found.join('\n'));
 });
+
+/** The config's object types: what the compile step (src/model/) turns into the model's domain objects. */
+const CONFIG_OBJECT_TYPES = [
+  'TenantConfig', 'ApplicationConfig', 'AccessRuleConfig', 'ReactorConfig', 'ProxyConfig', 'RequestTransformConfig', 'ResponseTransformConfig',
+];
+/** The compile step: src/model/ and the section compilers it calls with a config section. */
+const COMPILERS = (file: string) => file.startsWith('model/') || file === 'proxy/compile.ts';
+
+/** Names a file imports from src/config/schema.ts (type-only or not). */
+function schemaNames(file: string, text: string): string[] {
+  const names: string[] = [];
+  const sf = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true);
+  for (const st of sf.statements) {
+    if (!ts.isImportDeclaration(st) || !ts.isStringLiteral(st.moduleSpecifier)) continue;
+    if (!/\/config\/schema\.js$/.test(st.moduleSpecifier.text)) continue;
+    const bindings = st.importClause?.namedBindings;
+    if (bindings && ts.isNamedImports(bindings)) names.push(...bindings.elements.map((e) => (e.propertyName ?? e.name).text));
+  }
+  return names;
+}
+
+t.test('the finder sees a config object type imported', async (t) => {
+  t.same(schemaNames('x.ts', "import type { ApplicationConfig, Permission } from '../config/schema.js';"), ['ApplicationConfig', 'Permission']);
+  t.same(schemaNames('x.ts', "import { type ProxyConfig as P } from './config/schema.js';"), ['ProxyConfig']);
+});
+
+/**
+ * Issue 25: config types stop at the compiler. The request path works with the model's domain
+ * objects (src/auth/tenancy.ts, compiled proxies), so no module outside the compile step names a
+ * tenant's, an application's, a proxy's or a reactor's config type.
+ */
+t.test('config object types are imported only by the compile step', async (t) => {
+  const found: string[] = [];
+  let importers = 0;
+  for (const file of sourceFiles(SRC)) {
+    const r = rel(file);
+    if (r.startsWith('config/')) continue;
+    const names = schemaNames(file, readFileSync(file, 'utf8')).filter((n) => CONFIG_OBJECT_TYPES.includes(n));
+    if (names.length === 0) continue;
+    importers++;
+    if (!COMPILERS(r)) found.push(`${r}: ${names.join(', ')}`);
+  }
+  t.ok(importers > 0, 'the compile step itself imports them (the finder works on src/)');
+  t.same(found, [], found.join('\n'));
+});
