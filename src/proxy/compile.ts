@@ -13,6 +13,7 @@ import type { Principal } from '../auth/keys.js';
 import type { AccessRule, Application, ProxySummary, Tenant } from '../auth/tenancy.js';
 import { compiledOr, type Compiled, type Problem } from '../problems.js';
 import type { ReactorDefinition } from '../reactors/runtime.js';
+import { isIdExpression, parseAlias } from '../vault/alias.js';
 import { checkDataExpression, compileExpression, ExpressionError } from '../vault/expressions.js';
 import { parseDestination, type DestinationBase } from './destination.js';
 
@@ -121,6 +122,11 @@ function tokenizeStep(tr: Extract<ProxyConfig['request_transforms'][number], { t
     }
     // Deduplication matches only tokens the caller may read; the proxy creates its tokens as
     // itself and reads none, so the flag could never match: say so instead of ignoring it.
+    // An alias id (issue 26) is checked here, once; whether the value can have it, per request.
+    if (f.token.id !== undefined) {
+      const alias = isIdExpression(f.token.id) ? parseAlias(f.token.id, f.token.type) : 'a proxy creates many tokens: a fixed id would conflict; use an alias expression ({{ data | alias_card }}, …)';
+      if (typeof alias === 'string') problems.push(`${here}.token.id: ${alias}`);
+    }
     if (f.token.deduplicate_token) {
       problems.push(`${here}.token.deduplicate_token: not available in a proxy (deduplication only matches tokens the creator may read, and a proxy reads none)`);
     }

@@ -6,6 +6,7 @@
  */
 import t from 'tap';
 import { CardScanner } from '../../src/proxy/leak-guard.js';
+import { buildModel } from '../../src/model/compile.js';
 import { luhnValid } from '../../src/luhn.js';
 import { KEYS, startTestService } from '../helpers/service.js';
 import { startUpstream } from '../helpers/upstream.js';
@@ -63,4 +64,15 @@ t.test('a legacy destination gets aliases; the guard blocks a real card beside t
   t.equal(up.received.length, 1, 'nothing more forwarded');
   t.equal((await s.call('GET', '/tokens?size=100', { key: KEYS.private })).body.data.length, before, 'no token written');
   t.notOk(s.logs().includes(card) || s.logs().includes(other), 'no card number in the logs');
+});
+
+t.test('an id in a proxy\'s token template must be an alias expression the type allows: refused at load', async (t) => {
+  const proxyWith = (token: Record<string, unknown>) => configWithProxies([{
+    id: 'p', name: 'p', key: KEY['svc-proxy-key'], require_auth: false, destination_url: 'http://127.0.0.1:9/',
+    request_transforms: [{ type: 'tokenize', fields: [{ pointer: '/v', token }] }],
+  }]);
+  t.throws(() => buildModel(proxyWith({ type: 'token', id: '{{ data }}' })), /request_transforms\[0\]\.fields\[0\]\.token\.id: an id expression may only be/, '{{ data }} is refused');
+  t.throws(() => buildModel(proxyWith({ type: 'token', id: '{{ data | alias_card }}' })), /token\.id: alias_card is for card and card_number tokens/);
+  t.throws(() => buildModel(proxyWith({ type: 'token', id: 'fixed-id' })), /token\.id: a proxy creates many tokens/);
+  t.doesNotThrow(() => buildModel(proxyWith({ type: 'card_number', id: '{{ data | alias_card }}' })));
 });
