@@ -19,7 +19,7 @@ import { StoreUnavailableError } from '../types.js';
 import { CAS_ATTEMPTS, type RedisConnection } from './connection.js';
 import { encodeRecord, packDigest, packId } from './record.js';
 import { SCRIPT_LIB } from './scripts.js';
-import { cvcDueArg, keysOf, zsetsOf } from './tokens.js';
+import { bucketOf, cvcDueArg, keysOf, zsetsOf } from './tokens.js';
 
 export const LAYOUT_VERSION = 4;
 
@@ -28,7 +28,7 @@ export const LAYOUT_VERSION = 4;
  * records hash, fingerprint hash, cvc due zset, containers set, then the zsets. ARGV: the layout 3
  * record JSON read (0, nothing done, when it changed or went), the id, the layout 4 record, its
  * fingerprint ('' none), the cvc's purge time ('' none), the container, the layout 3 id, n, n
- * layout 4 zsets. 1: converted; 2: a layout 4 record was there already (kept; the old one dropped).
+ * layout 4 search zsets, the container's bucket directory. 1: converted; 2: a layout 4 record was there already (kept; the old one dropped).
  */
 const CONVERT = `${SCRIPT_LIB}
 local cur = redis.call('HGET', KEYS[1], 'r')
@@ -40,6 +40,7 @@ if redis.call('HEXISTS', KEYS[4], id) == 0 then
   local seq = u48(ARGV[3], 14)
   redis.call('HSET', KEYS[4], id, ARGV[3])
   for j = 1, tonumber(ARGV[8]) do redis.call('ZADD', ARGV[8 + j], seq, id) end
+  oAdd(ARGV[9 + tonumber(ARGV[8])], seq, id)
   if ARGV[4] ~= '' then fpAdd(KEYS[5], ARGV[4], id) end
   if ARGV[5] ~= '' then redis.call('ZADD', KEYS[6], ARGV[5], id) end
   redis.call('SADD', KEYS[7], ARGV[6])
@@ -146,9 +147,11 @@ export class RedisMigratorV4 implements FormatMigrator {
       const k = keysOf(c, tenant);
       const zsets = zsetsOf(c, record);
       const oldZsets = JSON.parse((await c.call(() => c.client.hget(key, 'k'))) ?? '[]') as string[];
-      const out = await c.eval(CONVERT, [key, cvcKey, c.t(tenant, 'cvcdue'), k.records, k.fingerprints, k.cvcDue, k.containers, ...zsets, ...oldZsets], [
+      const dir = k.container(v3.container);
+      const keys = [key, cvcKey, c.t(tenant, 'cvcdue'), k.records, k.fingerprints, k.cvcDue, k.containers, dir, bucketOf(dir, Number(seq)), ...zsets, ...oldZsets];
+      const out = await c.eval(CONVERT, keys, [
         json, packId(v3.id), encodeRecord(record, Number(seq)), v3.fingerprint === null ? '' : packDigest(v3.fingerprint), cvcDueArg(record),
-        v3.container, v3.id, String(zsets.length), ...zsets,
+        v3.container, v3.id, String(zsets.length), ...zsets, dir,
       ], true);
       if (Number(out) > 0) return 1;
     }

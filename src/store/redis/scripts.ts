@@ -4,7 +4,11 @@
  * binary: replies are read as Buffers (RedisConnection.evalBuffer).
  */
 
-/** Helpers: the record header's fields (record.ts), the fingerprint hash's packed id lists. */
+/**
+ * Helpers: the record header's fields (record.ts), the fingerprint hash's packed id lists, a
+ * container's order buckets (`<dir>:<seq div 128>`, zsets of at most 128 ids, which Redis keeps as
+ * compact listpacks, and `<dir>` the zset of its non-empty bucket numbers).
+ */
 const LIB = `
 local function u48(s, i)
   local a, b, c, d, e, f = string.byte(s, i, i + 5)
@@ -36,6 +40,17 @@ end
 local function fpAdd(key, fp, id)
   redis.call('HSET', key, fp, (redis.call('HGET', key, fp) or '') .. entry(id))
 end
+local function oAdd(dir, seq, id)
+  local b = math.floor(seq / 128)
+  redis.call('ZADD', dir .. ':' .. b, seq, id)
+  redis.call('ZADD', dir, b, b)
+end
+local function oRemove(dir, seq, id)
+  local b = math.floor(seq / 128)
+  local k = dir .. ':' .. b
+  redis.call('ZREM', k, id)
+  if redis.call('EXISTS', k) == 0 then redis.call('ZREM', dir, b) end
+end
 local function fpRemove(key, fp, id)
   local packed = redis.call('HGET', key, fp)
   if not packed then return end
@@ -46,8 +61,10 @@ end`;
 
 /**
  * KEYS: the records hash, seq, the fingerprint hash, the cvc due zset, the containers set, then
- * every other key written (declared for a Cluster). ARGV[1] now (ms); then per record: id, record,
- * fingerprint ('' none), dedupe ('1'), type+container bytes, its container zset, the container,
+ * every other key written (declared for a Cluster). ARGV[1] now (ms), ARGV[2..3] the first and last
+ * order bucket declared (the sequence numbers this batch gets must fall in them, else {'retry'},
+ * nothing written); then per record: id, record,
+ * fingerprint ('' none), dedupe ('1'), type+container bytes, its container's bucket zset, the container,
  * the cvc's purge time ('' none), n, n index zsets. Plans first, writing nothing: a deduplicating
  * record takes the oldest live token of its tenant, type, container and fingerprint, or an earlier
  * record of the batch; any other record whose id exists fails the batch ({'dup', id}). Answers
@@ -56,7 +73,7 @@ end`;
 export const INSERT = `${LIB}
 local now = tonumber(ARGV[1])
 local batch = {}
-local i = 2
+local i = 4
 while i <= #ARGV do
   local b = {id = ARGV[i], rec = ARGV[i + 1], fp = ARGV[i + 2], dedupe = ARGV[i + 3] == '1', tc = ARGV[i + 4],
     ck = ARGV[i + 5], container = ARGV[i + 6], cvc = ARGV[i + 7], ix = {}}
@@ -93,6 +110,12 @@ for k, b in ipairs(batch) do
     if b.fp ~= '' and not byDd[dd] then byDd[dd] = {b.id, b.rec} end
   end
 end
+local writes = 0
+for k = 1, #batch do if not plan[k] then writes = writes + 1 end end
+local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
+if writes > 0 and (math.floor((cur + 1) / 128) < tonumber(ARGV[2]) or math.floor((cur + writes) / 128) > tonumber(ARGV[3])) then
+  return {'retry'}
+end
 local out = {'ok'}
 for k, b in ipairs(batch) do
   if plan[k] then
@@ -101,7 +124,7 @@ for k, b in ipairs(batch) do
   else
     local seq = redis.call('INCR', KEYS[2])
     redis.call('HSET', KEYS[1], b.id, string.sub(b.rec, 1, 13) .. w48(seq) .. string.sub(b.rec, 20))
-    redis.call('ZADD', b.ck, seq, b.id)
+    oAdd(b.ck, seq, b.id)
     for _, z in ipairs(b.ix) do redis.call('ZADD', z, seq, b.id) end
     if b.fp ~= '' then fpAdd(KEYS[3], b.fp, b.id) end
     if b.cvc ~= '' then redis.call('ZADD', KEYS[4], b.cvc, b.id) end
@@ -116,7 +139,7 @@ return out`;
  * KEYS: records hash, fingerprint hash, cvc due zset, containers set, then the zsets. ARGV: now,
  * id, the record as read (compare-and-set: -1 when it changed since), the new record, the old and
  * new fingerprint ('' none), the container, the cvc's purge time ('' none), n, the old zsets, m,
- * the new zsets. 0 when the token does not exist or expired. The sequence number stays.
+ * the new zsets, the old and the new container's bucket directory. 0 when the token does not exist or expired. The sequence number stays.
  */
 export const UPDATE = `${LIB}
 local now = tonumber(ARGV[1])
@@ -129,6 +152,8 @@ for j = 1, n do redis.call('ZREM', ARGV[9 + j], id) end
 local seq = u48(cur, 14)
 local m = tonumber(ARGV[10 + n])
 for j = 1, m do redis.call('ZADD', ARGV[10 + n + j], seq, id) end
+oRemove(ARGV[11 + n + m], seq, id)
+oAdd(ARGV[12 + n + m], seq, id)
 redis.call('HSET', KEYS[1], id, string.sub(ARGV[4], 1, 13) .. string.sub(cur, 14, 19) .. string.sub(ARGV[4], 20))
 if ARGV[5] ~= ARGV[6] then
   if ARGV[5] ~= '' then fpRemove(KEYS[2], ARGV[5], id) end
@@ -141,7 +166,8 @@ return 1`;
 
 /**
  * KEYS: records hash, fingerprint hash, cvc due zset, then the zsets. ARGV: now, id, the record as
- * read (-1 when it changed since), its fingerprint ('' none), n, its zsets. 0: no such token; 2:
+ * read (-1 when it changed since), its fingerprint ('' none), its container's bucket directory,
+ * n, its zsets. 0: no such token; 2:
  * it had expired (deleted all the same); 1: deleted.
  */
 export const DELETE = `${LIB}
@@ -150,7 +176,8 @@ local id = ARGV[2]
 local cur = redis.call('HGET', KEYS[1], id)
 if not cur then return 0 end
 if cur ~= ARGV[3] then return -1 end
-for j = 1, tonumber(ARGV[5]) do redis.call('ZREM', ARGV[5 + j], id) end
+for j = 1, tonumber(ARGV[6]) do redis.call('ZREM', ARGV[6 + j], id) end
+oRemove(ARGV[5], u48(cur, 14), id)
 if ARGV[4] ~= '' then fpRemove(KEYS[2], ARGV[4], id) end
 redis.call('HDEL', KEYS[1], id)
 redis.call('ZREM', KEYS[3], id)

@@ -9,10 +9,12 @@ import { checkPage, cvcVisible, decodeCursor, encodeCursor, isLive, scopeAllows 
 import type { InsertOptions, Page, PageResult, StoredToken, TokenFilter, TokenPort } from '../types.js';
 import { DuplicateTokenError, StoreUnavailableError } from '../types.js';
 import { CAS_ATTEMPTS, type RedisConnection } from './connection.js';
-import { decodeRecord, encodeRecord, packDigest, packId, typeContainer, unpackId } from './record.js';
+import { decodeRecord, encodeRecord, packDigest, packId, typeContainer, unpackId, type DecodedRecord } from './record.js';
 import { DELETE, INSERT, PURGE_CVC, UPDATE } from './scripts.js';
 
 const PURGE_BATCH = 500;
+/** Sequence numbers a container's order bucket holds (scripts.ts): at most 128 ids, a listpack. */
+export const BUCKET = 128;
 
 interface Found {
   record: StoredToken;
@@ -21,6 +23,8 @@ interface Found {
 }
 
 type Key = string | Buffer;
+/** What a list walks: a search zset, or a container's order buckets (its directory key). */
+type Driver = { kind: 'zset'; key: Key } | { kind: 'buckets'; key: string };
 
 function matches(r: StoredToken, f: TokenFilter): boolean {
   if (!scopeAllows(f.scope, r.container)) return false;
@@ -41,16 +45,19 @@ export function keysOf(c: RedisConnection, tenantId: string) {
     fingerprints: c.t(tenantId, 'f'),
     cvcDue: c.t(tenantId, 'd'),
     containers: c.t(tenantId, 'containers'),
+    /** The container's bucket directory; its buckets are `<dir>:<seq div 128>` (bucketOf). */
     container: (container: string): string => c.t(tenantId, 'o', container),
     metadata: (k: string, v: string): string => c.t(tenantId, 'm', k, v),
     indexHash: (h: string): Buffer => c.tb(tenantId, 'x', packDigest(h)),
   };
 }
 
-/** The sorted sets a record is in: its container's, one per metadata pair, one per search hash. */
+export const bucketOf = (dir: string, seq: number): string => `${dir}:${Math.floor(seq / BUCKET)}`;
+
+/** The search zsets a record is in: one per metadata pair, one per search hash. */
 export function zsetsOf(c: RedisConnection, r: StoredToken): Key[] {
   const k = keysOf(c, r.tenant_id);
-  const out: Key[] = [k.container(r.container)];
+  const out: Key[] = [];
   for (const [mk, mv] of Object.entries(r.metadata)) out.push(k.metadata(mk, mv));
   for (const h of new Set(r.index_hashes)) out.push(k.indexHash(h));
   return out;
@@ -79,23 +86,40 @@ export class RedisTokens implements TokenPort {
     if (records.some((r) => r.tenant_id !== tenant)) throw new TypeError('insertMany: the records of one batch must share a tenant');
     if (records.some((r) => r.cvc_sealed && r.cvc_expires_at)) await this.#knowTenant(tenant);
     const k = keysOf(this.#c, tenant);
-    const args: Key[] = [String(Date.now())];
+    const perRecord: Key[] = [];
     const declared = new Map<string, Key>();
+    const dirs = new Set<string>();
     for (const [i, r] of records.entries()) {
       const zsets = zsetsOf(this.#c, r);
       for (const z of zsets) declared.set(Buffer.from(z).toString('latin1'), z);
-      args.push(packId(r.id), encodeRecord(r), r.fingerprint === null ? '' : packDigest(r.fingerprint), options.dedupe?.[i] === true ? '1' : '0',
-        typeContainer(r.type, r.container), zsets[0]!, r.container, cvcDueArg(r), String(zsets.length - 1), ...zsets.slice(1));
+      const dir = k.container(r.container);
+      dirs.add(dir);
+      perRecord.push(packId(r.id), encodeRecord(r), r.fingerprint === null ? '' : packDigest(r.fingerprint), options.dedupe?.[i] === true ? '1' : '0',
+        typeContainer(r.type, r.container), dir, r.container, cvcDueArg(r), String(zsets.length), ...zsets);
     }
-    // Every key the script writes is declared (KEYS[1] first): on a Cluster whose slot is
-    // migrating, Redis then answers TRYAGAIN (retried) instead of the script failing halfway.
-    const keys = [k.records, k.seq, k.fingerprints, k.cvcDue, k.containers, ...declared.values()];
-    const out = await this.#c.evalBuffer(INSERT, keys, args, true);
-    if (!Array.isArray(out) || !Buffer.isBuffer(out[0])) throw new StoreUnavailableError('the Redis token store answered an insert unexpectedly');
+    let out: unknown = null;
+    for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
+      // The order buckets the batch's sequence numbers will fall in are declared too: from the
+      // sequence as read now, with room for 128 inserts of other instances meanwhile (else the
+      // script answers 'retry', writing nothing).
+      const cur = Number(await this.#c.call(() => this.#c.client.get(k.seq)));
+      const lo = Math.floor((cur + 1) / BUCKET);
+      const hi = Math.floor((cur + records.length + BUCKET) / BUCKET);
+      const buckets: string[] = [];
+      for (const dir of dirs) for (let b = lo; b <= hi; b++) buckets.push(`${dir}:${b}`);
+      // Every key the script writes is declared (KEYS[1] first): on a Cluster whose slot is
+      // migrating, Redis then answers TRYAGAIN (retried) instead of the script failing halfway.
+      const keys = [k.records, k.seq, k.fingerprints, k.cvcDue, k.containers, ...dirs, ...buckets, ...declared.values()];
+      out = await this.#c.evalBuffer(INSERT, keys, [String(Date.now()), String(lo), String(hi), ...perRecord], true);
+      if (!Array.isArray(out) || !Buffer.isBuffer(out[0])) throw new StoreUnavailableError('the Redis token store answered an insert unexpectedly');
+      if (out[0].toString() !== 'retry') break;
+    }
+    if (!Array.isArray(out) || !Buffer.isBuffer(out[0]) || out[0].toString() === 'retry') throw new StoreUnavailableError('the token sequence kept moving; the insert was not made');
     if (out[0].toString() === 'dup') throw new DuplicateTokenError(unpackId(out[1] as Buffer));
+    const reply = out as Buffer[];
     return records.map((_, i) => {
-      const id = out[1 + i * 2] as Buffer;
-      const rec = out[2 + i * 2] as Buffer;
+      const id = reply[1 + i * 2]!;
+      const rec = reply[2 + i * 2]!;
       return id.length > 0 ? decodeRecord(tenant, unpackId(id), rec).record : null;
     });
   }
@@ -120,21 +144,25 @@ export class RedisTokens implements TokenPort {
     const next = encodeRecord(record);
     const newZsets = zsetsOf(this.#c, record);
     const fp = record.fingerprint === null ? '' : packDigest(record.fingerprint);
-    return (await this.#withCurrent(record.tenant_id, id, (raw, old) => {
+    const newDir = k.container(record.container);
+    return (await this.#withCurrent(record.tenant_id, id, (raw, { record: old, seq }) => {
       const oldZsets = zsetsOf(this.#c, old);
       const oldFp = old.fingerprint === null ? '' : packDigest(old.fingerprint);
-      return this.#c.eval(UPDATE, [k.records, k.fingerprints, k.cvcDue, k.containers, ...oldZsets, ...newZsets],
-        [String(Date.now()), id, raw, next, oldFp, fp, record.container, cvcDueArg(record), String(oldZsets.length), ...oldZsets, String(newZsets.length), ...newZsets], true);
+      const oldDir = k.container(old.container);
+      const orderKeys = [oldDir, bucketOf(oldDir, seq), newDir, bucketOf(newDir, seq)];
+      return this.#c.eval(UPDATE, [k.records, k.fingerprints, k.cvcDue, k.containers, ...oldZsets, ...newZsets, ...orderKeys],
+        [String(Date.now()), id, raw, next, oldFp, fp, record.container, cvcDueArg(record), String(oldZsets.length), ...oldZsets, String(newZsets.length), ...newZsets, oldDir, newDir], true);
     })) === 1;
   }
 
   async delete(tenantId: string, id: string): Promise<boolean> {
     const k = keysOf(this.#c, tenantId);
     const bin = packId(id);
-    return (await this.#withCurrent(tenantId, bin, (raw, old) => {
+    return (await this.#withCurrent(tenantId, bin, (raw, { record: old, seq }) => {
       const zsets = zsetsOf(this.#c, old);
-      return this.#c.eval(DELETE, [k.records, k.fingerprints, k.cvcDue, ...zsets],
-        [String(Date.now()), bin, raw, old.fingerprint === null ? '' : packDigest(old.fingerprint), String(zsets.length), ...zsets], true);
+      const dir = k.container(old.container);
+      return this.#c.eval(DELETE, [k.records, k.fingerprints, k.cvcDue, dir, bucketOf(dir, seq), ...zsets],
+        [String(Date.now()), bin, raw, old.fingerprint === null ? '' : packDigest(old.fingerprint), dir, String(zsets.length), ...zsets], true);
     })) === 1;
   }
 
@@ -143,12 +171,12 @@ export class RedisTokens implements TokenPort {
    * are declared, so a Cluster slot migration answers TRYAGAIN instead of failing the script
    * halfway); the script answers -1, writing nothing, when the record changed since: read again.
    */
-  async #withCurrent(tenantId: string, id: Buffer, run: (raw: Buffer, old: StoredToken) => Promise<unknown>): Promise<unknown> {
+  async #withCurrent(tenantId: string, id: Buffer, run: (raw: Buffer, old: DecodedRecord) => Promise<unknown>): Promise<unknown> {
     const recordsKey = keysOf(this.#c, tenantId).records;
     for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
       const raw = await this.#c.call(() => this.#c.client.hgetBuffer(recordsKey, id));
       if (raw === null) return 0;
-      const out = await run(raw, decodeRecord(tenantId, unpackId(id), raw).record);
+      const out = await run(raw, decodeRecord(tenantId, unpackId(id), raw));
       if (Number(out) !== -1) return out;
     }
     throw new StoreUnavailableError('the record kept changing; the write was not made');
@@ -173,24 +201,26 @@ export class RedisTokens implements TokenPort {
     } else {
       const drivers = await this.#drivers(tenantId, filter);
       const batch = Math.min(Math.max(page.size * 2, 50), 500);
-      // Newest first over one zset, or merged over several (the containers the caller may see):
-      // each round reads up to `batch` below the cursor from each, and takes every id at or above
-      // the highest last-read score of a zset that had more (below it, a zset may hold ids not read yet).
+      // Newest first over one source, or merged over several (the containers the caller may see):
+      // each round reads at least `batch` below the cursor from each (or all it has), and takes
+      // every id at or above the highest last-read score of a source that may have more (below
+      // it, a source may hold ids not read yet).
       const emptyBelow = drivers.map(() => false);
       while (hits.length <= page.size && emptyBelow.includes(false)) {
         const open = drivers.filter((_, i) => !emptyBelow[i]);
-        const chunks = await this.#c.pipeline((p) => open.forEach((z) => p.zrevrangebyscoreBuffer(z, max, '-inf', 'WITHSCORES', 'LIMIT', 0, batch)));
+        const below = max;
+        const chunks = await Promise.all(open.map((d) => this.#below(d, below, batch)));
         let bound = -Infinity;
         const round: { id: Buffer; seq: number }[] = [];
         let o = 0;
         drivers.forEach((_, i) => {
           if (emptyBelow[i]) return;
-          const chunk = chunks[o++] as Buffer[];
-          for (let j = 0; j < chunk.length; j += 2) round.push({ id: chunk[j]!, seq: Number(chunk[j + 1]!.toString()) });
-          if (chunk.length === 0) emptyBelow[i] = true;
-          else if (chunk.length >= batch * 2) bound = Math.max(bound, Number(chunk[chunk.length - 1]!.toString()));
+          const chunk = chunks[o++]!;
+          round.push(...chunk.entries);
+          if (chunk.entries.length === 0) emptyBelow[i] = true;
+          else if (chunk.more) bound = Math.max(bound, chunk.entries[chunk.entries.length - 1]!.seq);
         });
-        // Every zset was short: this round read all that is left.
+        // No source may have more: this round read all that is left.
         const take = round.filter((x) => x.seq >= bound).sort((a, b) => b.seq - a.seq);
         (await this.#records(tenantId, take.map((x) => x.id))).forEach(keep);
         if (bound === -Infinity) break;
@@ -243,12 +273,44 @@ export class RedisTokens implements TokenPort {
   }
 
   /**
-   * The zsets to walk: the smallest index zset every match must be in (a metadata pair, a search
-   * hash), or the container zsets of the containers the filter admits (scope and container prefix)
-   * when together they are smaller. So a key that may see few containers reads those, not the
-   * tenant's every token. No admitted container: none. A type filter is checked on the records.
+   * Up to about `batch` ids of a source below `max` (a ZRANGE score bound), newest first, and
+   * whether it may hold more below the last. A container is read a bucket at a time, whole
+   * buckets, so what it returns is everything it has down to the last id returned.
    */
-  async #drivers(tenantId: string, f: TokenFilter): Promise<Key[]> {
+  async #below(d: Driver, max: string, batch: number): Promise<{ entries: { id: Buffer; seq: number }[]; more: boolean }> {
+    const pairs = (flat: Buffer[]) => {
+      const out: { id: Buffer; seq: number }[] = [];
+      for (let j = 0; j < flat.length; j += 2) out.push({ id: flat[j]!, seq: Number(flat[j + 1]!.toString()) });
+      return out;
+    };
+    if (d.kind === 'zset') {
+      const flat = await this.#c.call(() => this.#c.client.zrevrangebyscoreBuffer(d.key, max, '-inf', 'WITHSCORES', 'LIMIT', 0, batch));
+      return { entries: pairs(flat), more: flat.length >= batch * 2 };
+    }
+    const top = max === '+inf' ? '+inf' : String(Math.floor((Number(max.slice(1)) - 1) / BUCKET));
+    let dirMax = top;
+    const entries: { id: Buffer; seq: number }[] = [];
+    const per = 8;
+    while (entries.length < batch) {
+      const from = dirMax;
+      const buckets = await this.#c.call(() => this.#c.client.zrevrangebyscore(d.key, from, '-inf', 'LIMIT', 0, per));
+      if (buckets.length === 0) return { entries, more: false };
+      const chunks = await this.#c.pipeline((p) => buckets.forEach((b) => p.zrevrangebyscoreBuffer(`${d.key}:${b}`, max, '-inf', 'WITHSCORES')));
+      for (const c of chunks) entries.push(...pairs(c as Buffer[]));
+      if (buckets.length < per) return { entries, more: false };
+      dirMax = `(${buckets[buckets.length - 1]}`;
+    }
+    return { entries, more: true };
+  }
+
+  /**
+   * The sources to walk: the smallest search zset every match must be in (a metadata pair, a
+   * search hash), or the containers the filter admits (scope and container prefix) when together
+   * they are smaller (estimated from their bucket counts). So a key that may see few containers
+   * reads those, not the tenant's every token. No admitted container: none. A type filter is
+   * checked on the records.
+   */
+  async #drivers(tenantId: string, f: TokenFilter): Promise<Driver[]> {
     const k = keysOf(this.#c, tenantId);
     const candidates: Key[] = [];
     for (const [mk, mv] of Object.entries(f.metadata ?? {})) candidates.push(k.metadata(mk, mv));
@@ -256,14 +318,14 @@ export class RedisTokens implements TokenPort {
     const all = await this.#c.call(() => this.#c.client.smembers(k.containers));
     const admitted = all.filter((c) => scopeAllows(f.scope, c) && (f.container === undefined || c.startsWith(f.container)));
     if (admitted.length === 0) return [];
-    const containers = admitted.sort().map((c) => k.container(c));
+    const containers: Driver[] = admitted.sort().map((c) => ({ kind: 'buckets', key: k.container(c) }));
     if (candidates.length === 0) return containers;
-    const sized = [...candidates, ...containers];
+    const sized = [...candidates, ...containers.map((d) => d.key)];
     const sizes = (await this.#c.pipeline((p) => sized.forEach((z) => p.zcard(z)))).map(Number);
     let best = 0;
     for (let i = 1; i < candidates.length; i++) if (sizes[i]! < sizes[best]!) best = i;
-    const union = sizes.slice(candidates.length).reduce((a, b) => a + b, 0);
-    return union <= sizes[best]! ? containers : [candidates[best]!];
+    const union = sizes.slice(candidates.length).reduce((a, b) => a + b * BUCKET, 0);
+    return union <= sizes[best]! ? containers : [{ kind: 'zset', key: candidates[best]! }];
   }
 
   /** Records (and their sequence numbers) by packed id, null where missing; expiry is not checked. */
