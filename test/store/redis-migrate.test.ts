@@ -107,7 +107,7 @@ if (redis) {
     t.same(await checkStoredChain(store.audit, TENANT_A, { sign: SIGN, allowUnanchored: true }), { ok: true, events: 2, unanchored: true }, 'audit chain verifies, flagged unanchored');
     t.same(await store.idempotency.claimIdempotencyKey({ tenant_id: TENANT_A, key: 'slot-1' }, 'owner-2', 'x', 60_000), { state: 'done', sealed: 'sealed-answer' }, 'idempotency entry');
     t.ok((await client.pttl(v3(TENANT_A, 'idem', 'slot-1'))) > 9 * hour, 'its expiry moved with it');
-    t.equal(Number(await client.zscore(v3(TENANT_A, 'd'), packId(a.id))), cvcAt, 'the cvc keeps its deadline');
+    t.equal(Number(await client.zscore(`${v3(TENANT_A, 'd')}:0`, packId(a.id))), cvcAt, 'the cvc keeps its deadline (sequence number 1: due bucket 0)');
     t.equal(await store.tokens.purgeCvc(new Date(cvcAt + 1)), 1, 'the cvc due entry moved to its tenant: the purge finds it');
     t.equal((await store.tokens.get(TENANT_A, a.id))?.cvc_sealed, null, 'purged');
     t.same(await m.step(100), { converted: 0, done: true }, 'a second migration has nothing to do');

@@ -42,7 +42,7 @@ if redis.call('HEXISTS', KEYS[4], id) == 0 then
   for j = 1, tonumber(ARGV[8]) do redis.call('ZADD', ARGV[8 + j], seq, id) end
   oAdd(ARGV[9 + tonumber(ARGV[8])], seq, id)
   if ARGV[4] ~= '' then fpAdd(KEYS[5], ARGV[4], id) end
-  if ARGV[5] ~= '' then redis.call('ZADD', KEYS[6], ARGV[5], id) end
+  if ARGV[5] ~= '' then dueAdd(KEYS[6], seq, ARGV[5], id) end
   redis.call('SADD', KEYS[7], ARGV[6])
   result = 1
 end
@@ -148,7 +148,7 @@ export class RedisMigratorV4 implements FormatMigrator {
       const zsets = zsetsOf(c, record);
       const oldZsets = JSON.parse((await c.call(() => c.client.hget(key, 'k'))) ?? '[]') as string[];
       const dir = k.container(v3.container);
-      const keys = [key, cvcKey, c.t(tenant, 'cvcdue'), k.records, k.fingerprints, k.cvcDue, k.containers, dir, bucketOf(dir, Number(seq)), ...zsets, ...oldZsets];
+      const keys = [key, cvcKey, c.t(tenant, 'cvcdue'), k.records, k.fingerprints, k.cvcDue, k.containers, dir, bucketOf(dir, Number(seq)), bucketOf(k.cvcDue, Number(seq)), ...zsets, ...oldZsets];
       const out = await c.eval(CONVERT, keys, [
         json, packId(v3.id), encodeRecord(record, Number(seq)), v3.fingerprint === null ? '' : packDigest(v3.fingerprint), cvcDueArg(record),
         v3.container, v3.id, String(zsets.length), ...zsets, dir,

@@ -28,8 +28,11 @@ const MAX_MS = 2 ** 48 - 1;
 
 const F = {
   fingerprint: 1, fpExpr: 2, mask: 4, modifiedBy: 8, modifiedAt: 16, expiresText: 32, cvcText: 64,
-  metadata: 128, searchIndexes: 256, indexHashes: 512, expires: 1024, cvcExpires: 2048,
+  metadata: 128, searchIndexes: 256, indexHashes: 512, expires: 1024, cvcExpires: 2048, cardFpExpr: 4096,
 } as const;
+
+/** A card's default fingerprint expression (vault/definition.ts): a flag, not 18 bytes a card. */
+const CARD_FP_EXPR = '{{ data.number }}';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const HEX64 = /^[0-9a-f]{64}$/;
@@ -253,7 +256,8 @@ export function encodeRecord(r: StoredToken, seq = 0): Buffer {
   body.bytes(packId(r.created_by));
   body.time(r.created_at);
   if (r.fingerprint !== null) (flags |= F.fingerprint), body.bytes(packDigest(r.fingerprint));
-  if (r.fingerprint_expression !== null) (flags |= F.fpExpr), body.str(r.fingerprint_expression);
+  if (r.fingerprint_expression === CARD_FP_EXPR) flags |= F.cardFpExpr;
+  else if (r.fingerprint_expression !== null) (flags |= F.fpExpr), body.str(r.fingerprint_expression);
   if (r.mask !== null) (flags |= F.mask), body.str(r.mask);
   if (r.modified_by !== null) (flags |= F.modifiedBy), body.bytes(packId(r.modified_by));
   if (r.modified_at !== null) (flags |= F.modifiedAt), body.time(r.modified_at);
@@ -315,7 +319,7 @@ export function decodeRecord(tenantId: string, id: string, b: Buffer): DecodedRe
   const createdBy = unpackId(r.bytes());
   const createdAt = r.time();
   const fingerprint = flags & F.fingerprint ? unpackName(r.bytes(), 32) : null;
-  const fpExpr = flags & F.fpExpr ? r.str() : null;
+  const fpExpr = flags & F.cardFpExpr ? CARD_FP_EXPR : flags & F.fpExpr ? r.str() : null;
   const mask = flags & F.mask ? r.str() : null;
   const modifiedBy = flags & F.modifiedBy ? unpackId(r.bytes()) : null;
   const modifiedAt = flags & F.modifiedAt ? r.time() : null;

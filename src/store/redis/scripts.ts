@@ -7,7 +7,9 @@
 /**
  * Helpers: the record header's fields (record.ts), the fingerprint hash's packed id lists, a
  * container's order buckets (`<dir>:<seq div 128>`, zsets of at most 128 ids, which Redis keeps as
- * compact listpacks, and `<dir>` the zset of its non-empty bucket numbers).
+ * compact listpacks, and `<dir>` the zset of its non-empty bucket numbers); the cvc due times in
+ * buckets of the same sequence numbers (`<due>:<seq div 128>`, id → ms), `<due>` holding each
+ * bucket's earliest.
  */
 const LIB = `
 local function u48(s, i)
@@ -50,6 +52,19 @@ local function oRemove(dir, seq, id)
   local k = dir .. ':' .. b
   redis.call('ZREM', k, id)
   if redis.call('EXISTS', k) == 0 then redis.call('ZREM', dir, b) end
+end
+local function dueAdd(dir, seq, ms, id)
+  local b = math.floor(seq / 128)
+  redis.call('ZADD', dir .. ':' .. b, ms, id)
+  redis.call('ZADD', dir, 'LT', ms, b)
+end
+local function dueFirst(dir, b)
+  local first = redis.call('ZRANGE', dir .. ':' .. b, 0, 0, 'WITHSCORES')
+  if #first == 0 then redis.call('ZREM', dir, b) else redis.call('ZADD', dir, first[2], b) end
+end
+local function dueRemove(dir, seq, id)
+  local b = math.floor(seq / 128)
+  if redis.call('ZREM', dir .. ':' .. b, id) == 1 then dueFirst(dir, b) end
 end
 local function fpRemove(key, fp, id)
   local packed = redis.call('HGET', key, fp)
@@ -127,7 +142,7 @@ for k, b in ipairs(batch) do
     oAdd(b.ck, seq, b.id)
     for _, z in ipairs(b.ix) do redis.call('ZADD', z, seq, b.id) end
     if b.fp ~= '' then fpAdd(KEYS[3], b.fp, b.id) end
-    if b.cvc ~= '' then redis.call('ZADD', KEYS[4], b.cvc, b.id) end
+    if b.cvc ~= '' then dueAdd(KEYS[4], seq, b.cvc, b.id) end
     redis.call('SADD', KEYS[5], b.container)
     out[#out + 1] = ''
     out[#out + 1] = ''
@@ -159,8 +174,8 @@ if ARGV[5] ~= ARGV[6] then
   if ARGV[5] ~= '' then fpRemove(KEYS[2], ARGV[5], id) end
   if ARGV[6] ~= '' then fpAdd(KEYS[2], ARGV[6], id) end
 end
-redis.call('ZREM', KEYS[3], id)
-if ARGV[8] ~= '' then redis.call('ZADD', KEYS[3], ARGV[8], id) end
+dueRemove(KEYS[3], seq, id)
+if ARGV[8] ~= '' then dueAdd(KEYS[3], seq, ARGV[8], id) end
 redis.call('SADD', KEYS[4], ARGV[7])
 return 1`;
 
@@ -180,26 +195,33 @@ for j = 1, tonumber(ARGV[6]) do redis.call('ZREM', ARGV[6 + j], id) end
 oRemove(ARGV[5], u48(cur, 14), id)
 if ARGV[4] ~= '' then fpRemove(KEYS[2], ARGV[4], id) end
 redis.call('HDEL', KEYS[1], id)
-redis.call('ZREM', KEYS[3], id)
+dueRemove(KEYS[3], u48(cur, 14), id)
 if not live(cur, now) then return 2 end
 return 1`;
 
 /**
- * KEYS: the cvc due zset, the records hash. ARGV: now, limit. Cuts the cvc off every record due
- * (the record keeps cvc_expires_at); answers how many were due.
+ * KEYS: the cvc due directory, the records hash, then the due buckets named in ARGV. ARGV: now,
+ * bucket numbers (read from the directory: their earliest is due). Cuts the cvc off every record
+ * due in them (the record keeps cvc_expires_at); answers how many were due.
  */
-export const PURGE_CVC = `
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-if #due == 0 then return 0 end
-for _, id in ipairs(due) do
-  local rec = redis.call('HGET', KEYS[2], id)
-  if rec then
-    local a, b, c, d = string.byte(rec, 20, 23)
-    local at = ((a * 256 + b) * 256 + c) * 256 + d
-    if at < #rec then redis.call('HSET', KEYS[2], id, string.sub(rec, 1, at)) end
+export const PURGE_CVC = `${LIB}
+local n = 0
+for j = 2, #ARGV do
+  local b = ARGV[j]
+  local k = KEYS[1] .. ':' .. b
+  local due = redis.call('ZRANGEBYSCORE', k, '-inf', ARGV[1])
+  for _, id in ipairs(due) do
+    local rec = redis.call('HGET', KEYS[2], id)
+    if rec then
+      local a1, a2, a3, a4 = string.byte(rec, 20, 23)
+      local at = ((a1 * 256 + a2) * 256 + a3) * 256 + a4
+      if at < #rec then redis.call('HSET', KEYS[2], id, string.sub(rec, 1, at)) end
+    end
   end
+  if #due > 0 then redis.call('ZREM', k, unpack(due)) end
+  dueFirst(KEYS[1], b)
+  n = n + #due
 end
-redis.call('ZREM', KEYS[1], unpack(due))
-return #due`;
+return n`;
 
 export { LIB as SCRIPT_LIB };

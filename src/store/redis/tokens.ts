@@ -12,7 +12,8 @@ import { CAS_ATTEMPTS, type RedisConnection } from './connection.js';
 import { decodeRecord, encodeRecord, packDigest, packId, typeContainer, unpackId, type DecodedRecord } from './record.js';
 import { DELETE, INSERT, PURGE_CVC, UPDATE } from './scripts.js';
 
-const PURGE_BATCH = 500;
+/** Due buckets (of up to 128 cvcs each) one purge script clears. */
+const PURGE_BUCKETS = 8;
 /** Sequence numbers a container's order bucket holds (scripts.ts): at most 128 ids, a listpack. */
 export const BUCKET = 128;
 
@@ -43,6 +44,7 @@ export function keysOf(c: RedisConnection, tenantId: string) {
     records: c.t(tenantId, 'r'),
     seq: c.t(tenantId, 'seq'),
     fingerprints: c.t(tenantId, 'f'),
+    /** The cvc due directory; its buckets are `<due>:<seq div 128>` (scripts.ts). */
     cvcDue: c.t(tenantId, 'd'),
     containers: c.t(tenantId, 'containers'),
     /** The container's bucket directory; its buckets are `<dir>:<seq div 128>` (bucketOf). */
@@ -106,7 +108,7 @@ export class RedisTokens implements TokenPort {
       const lo = Math.floor((cur + 1) / BUCKET);
       const hi = Math.floor((cur + records.length + BUCKET) / BUCKET);
       const buckets: string[] = [];
-      for (const dir of dirs) for (let b = lo; b <= hi; b++) buckets.push(`${dir}:${b}`);
+      for (const dir of [...dirs, k.cvcDue]) for (let b = lo; b <= hi; b++) buckets.push(`${dir}:${b}`);
       // Every key the script writes is declared (KEYS[1] first): on a Cluster whose slot is
       // migrating, Redis then answers TRYAGAIN (retried) instead of the script failing halfway.
       const keys = [k.records, k.seq, k.fingerprints, k.cvcDue, k.containers, ...dirs, ...buckets, ...declared.values()];
@@ -149,7 +151,7 @@ export class RedisTokens implements TokenPort {
       const oldZsets = zsetsOf(this.#c, old);
       const oldFp = old.fingerprint === null ? '' : packDigest(old.fingerprint);
       const oldDir = k.container(old.container);
-      const orderKeys = [oldDir, bucketOf(oldDir, seq), newDir, bucketOf(newDir, seq)];
+      const orderKeys = [oldDir, bucketOf(oldDir, seq), newDir, bucketOf(newDir, seq), bucketOf(k.cvcDue, seq)];
       return this.#c.eval(UPDATE, [k.records, k.fingerprints, k.cvcDue, k.containers, ...oldZsets, ...newZsets, ...orderKeys],
         [String(Date.now()), id, raw, next, oldFp, fp, record.container, cvcDueArg(record), String(oldZsets.length), ...oldZsets, String(newZsets.length), ...newZsets, oldDir, newDir], true);
     })) === 1;
@@ -161,7 +163,7 @@ export class RedisTokens implements TokenPort {
     return (await this.#withCurrent(tenantId, bin, (raw, { record: old, seq }) => {
       const zsets = zsetsOf(this.#c, old);
       const dir = k.container(old.container);
-      return this.#c.eval(DELETE, [k.records, k.fingerprints, k.cvcDue, dir, bucketOf(dir, seq), ...zsets],
+      return this.#c.eval(DELETE, [k.records, k.fingerprints, k.cvcDue, dir, bucketOf(dir, seq), bucketOf(k.cvcDue, seq), ...zsets],
         [String(Date.now()), bin, raw, old.fingerprint === null ? '' : packDigest(old.fingerprint), dir, String(zsets.length), ...zsets], true);
     })) === 1;
   }
@@ -240,9 +242,10 @@ export class RedisTokens implements TokenPort {
     for (const tenant of tenants) {
       const k = keysOf(this.#c, tenant);
       for (;;) {
-        const n = Number(await this.#c.eval(PURGE_CVC, [k.cvcDue, k.records], [String(ms), String(PURGE_BATCH)], true));
-        total += n;
-        if (n < PURGE_BATCH) break;
+        // The buckets whose earliest cvc is due; the script moves each bucket's entry on to its next.
+        const buckets = await this.#c.call(() => this.#c.client.zrangebyscore(k.cvcDue, '-inf', String(ms), 'LIMIT', 0, PURGE_BUCKETS));
+        if (buckets.length === 0) break;
+        total += Number(await this.#c.eval(PURGE_CVC, [k.cvcDue, k.records, ...buckets.map((b) => `${k.cvcDue}:${b}`)], [String(ms), ...buckets], true));
       }
     }
     return total;
