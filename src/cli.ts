@@ -14,6 +14,7 @@ import { sha256 } from './auth/keys.js';
 import { ConfigError, type LoadedConfig } from './config/load.js';
 import { loadFullConfig } from './model/compile.js';
 import type { ProcessOutcome } from './pid-file.js';
+import { migrateCommand } from './commands/migrate.js';
 import type { ProductionCheck, StartupNotice } from './production.js';
 
 export const EXIT_OK = 0;
@@ -459,6 +460,7 @@ const commands: Record<string, Command> = {
       }
     },
   },
+  migrate: migrateCommand,
   'gen-master-key': {
     summary: 'generate a new master key (base64 of 32 random bytes)',
     usage: 'tokenproxy gen-master-key\n\nPrints a new master key for TOKENPROXY_MASTER_KEY or secrets.master_key_file. Keep it out of the\nrepository and back it up apart from the store: without it no token can be read.',

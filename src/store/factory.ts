@@ -73,7 +73,7 @@ export async function createStore(cfg: StoreConfig, opts: CreateStoreOptions = {
   switch (cfg.kind) {
     case 'embedded': {
       const path = resolveStorePath(cfg, opts.baseDir);
-      return new EmbeddedStore(path);
+      return new EmbeddedStore(path, { forMigration: opts.forMigration });
     }
     case 'redis':
       return RedisStore.connect({

@@ -17,16 +17,16 @@ interface RowOptions {
   dedupe?: boolean;
   hashes?: string[];
   metadata?: Record<string, string>;
-  params?: WriteRow['params'];
+  params?: Partial<WriteRow['columns']>;
 }
 
 function row({ dedupe, hashes = [], metadata = {}, params = {} }: RowOptions = {}): WriteRow {
   const r: WriteRow = {
     tenant_id: 'tenant:1', id: 'tok~1',
     index_hashes: hashes, metadata,
-    params: {
-      tenant: 'tenant:1', id: 'tok~1', type: 'card', container: '/pci/high/', fingerprint: null, expires_ms: null,
-      cvc_sealed: null, cvc_expires_ms: null, record: '{"a":1}', dedupe_key: null, ...params,
+    columns: {
+      tenant: 'tenant:1', id: 'tok~1', type: 'card', container: '/pci/high/', sealed: 'v1.k1.a.b', fingerprint: null, expires_ms: null,
+      cvc_sealed: null, cvc_expires_ms: null, created_by: 'app', created_ms: 0, fp_expr: null, rest: '{"a":1}', ...params,
     },
   };
   if (dedupe) r.dedupe = true;
@@ -41,8 +41,8 @@ t.test('rows round-trip: awkward strings, nulls, numbers, hashes, metadata, the 
   for (const [i, s] of awkward.entries()) Object.defineProperty(metadata, s || `empty${i}`, { value: s, enumerable: true });
   const rows = [
     row(),
-    row({ params: { fingerprint: awkward.join(''), expires_ms: 1_790_000_000_123, cvc_sealed: 'v1.k1.a.b', cvc_expires_ms: 0, dedupe_key: '["card","/pci/high/","f"]' }, dedupe: true }),
-    row({ params: { record: awkward.join('|') }, hashes: awkward.filter(Boolean), metadata }),
+    row({ params: { fingerprint: awkward.join(''), expires_ms: 1_790_000_000_123, cvc_sealed: 'v1.k1.a.b', cvc_expires_ms: 0, created_ms: 1_790_000_000_999, fp_expr: awkward.join('~') }, dedupe: true }),
+    row({ params: { rest: awkward.join('|'), sealed: awkward.join(':'), created_by: awkward.join('') }, hashes: awkward.filter(Boolean), metadata }),
   ];
   const op: WriteOp = { op: 'insert', rows };
   const back = decodeOp(new WireReader(encodeOp(op)));
@@ -57,7 +57,7 @@ t.test('any string survives (property test)', async () => {
     fc.property(fc.array(fc.string({ unit: 'binary' }), { maxLength: 8 }), fc.option(fc.string({ unit: 'binary' })), (strings, maybe) => {
       const metadata: Record<string, string> = {};
       strings.forEach((s, i) => Object.defineProperty(metadata, `${i}${s}`, { value: s, enumerable: true }));
-      const op: WriteOp = { op: 'insert', rows: [row({ params: { record: strings.join(''), fingerprint: maybe }, hashes: strings, metadata })] };
+      const op: WriteOp = { op: 'insert', rows: [row({ params: { rest: strings.join(''), fingerprint: maybe }, hashes: strings, metadata })] };
       const back = plain(decodeOp(new WireReader(encodeOp(op))));
       if (JSON.stringify(back) !== JSON.stringify(plain(op))) throw new Error('round trip changed the row');
     }),
@@ -88,7 +88,7 @@ t.test('other writes go as JSON; a batch of requests and its answers round-trip 
 });
 
 t.test('a truncated or malformed message throws', async (t) => {
-  const text = encodeRequest(1, encodeOp({ op: 'insert', rows: [row({ params: { record: 'y'.repeat(40) } })] }));
+  const text = encodeRequest(1, encodeOp({ op: 'insert', rows: [row({ params: { rest: 'y'.repeat(40) } })] }));
   t.throws(() => decodeRequests(text.slice(0, text.length - 5)), /malformed/);
   t.throws(() => decodeRequests('1:1X'), /malformed/);
   t.throws(() => decodeRequests('x:1'), /malformed/);

@@ -13,6 +13,7 @@ import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
 import { runContract, makeRecord, TENANT_A } from './contract.js';
 import { encodeRecord } from '../../src/store/codec.js';
 import { EmbeddedStore } from '../../src/store/embedded/index.js';
+import { packId, packSealed } from '../../src/store/embedded/format.js';
 import { createStore } from '../../src/store/factory.js';
 import { KeyRing } from '../../src/crypto/keyring.js';
 import type { Test } from 'tap';
@@ -66,8 +67,9 @@ t.test('the files hold no plaintext card number or cvc', async (t) => {
   t.ok(files.includes(`${path}-wal`), 'the write is in the WAL (not yet checkpointed)');
   const bytes = Buffer.concat(files.map((f) => readFileSync(f)));
   const text = bytes.toString('latin1');
-  t.ok(bytes.includes(record.id), 'the scan sees the record (its id is there)');
-  t.ok(bytes.includes(record.sealed) && bytes.includes(record.cvc_sealed), 'the ciphertexts are there');
+  // Format 6 (issue 24) keeps ids and ciphertext in binary: the scan looks for them as stored.
+  t.ok(bytes.includes(packId(record.id)), 'the scan sees the record (its id is there)');
+  t.ok(bytes.includes(packSealed(record.sealed)) && bytes.includes(packSealed(record.cvc_sealed!)), 'the ciphertexts are there');
   t.notOk(bytes.includes(number), 'no card number');
   t.notOk(bytes.includes(number.slice(0, 6) + number.slice(-4)) || bytes.includes('"number"'), 'no fragments or field names of the card');
   t.notOk(cvcPattern(cvc).test(text), 'no cvc next to its field name (JSON, form or text)');
@@ -79,7 +81,8 @@ t.test('the files hold no plaintext card number or cvc', async (t) => {
   for (const table of tables) {
     for (const row of db.prepare(`SELECT * FROM "${table.replace(/"/g, '""')}"`).raw().all() as unknown[][]) values.push(...row);
   }
-  t.ok(values.includes(record.cvc_sealed), `the read sees the sealed cvc (${values.length} values in ${tables.length} tables)`);
+  const cvcStored = packSealed(record.cvc_sealed!);
+  t.ok(values.some((v) => Buffer.isBuffer(v) && Buffer.isBuffer(cvcStored) && v.equals(cvcStored)), `the read sees the sealed cvc (${values.length} values in ${tables.length} tables)`);
   t.notOk(values.some((v) => v !== null && String(v) === cvc), 'no stored value is the cvc');
   t.equal(statSync(path).mode & 0o777, 0o600, 'database file is 0600');
 });
@@ -169,7 +172,7 @@ CREATE TABLE data_keys (
 );
 PRAGMA user_version = 1;`;
 
-t.test('a version 1 file, duplicate fingerprints included, migrates to the current version and deduplicates atomically', async (t) => {
+t.test('a version 1 file, duplicate fingerprints included: refused at open, converted by the migrator to format 6, deduplicates atomically', async (t) => {
   const path = join(tempDir(t), 'tokens.db');
   const old = new Database(path);
   old.pragma('journal_mode = WAL');
@@ -180,26 +183,39 @@ t.test('a version 1 file, duplicate fingerprints included, migrates to the curre
   for (const r of twins) insert.run(r.tenant_id, r.id, r.type, r.container, r.fingerprint, encodeRecord(r));
   old.close();
 
-  const store = new EmbeddedStore(path);
-  t.teardown(() => store.close());
+  // Issue 24 item 3: a service start never converts an old file; it names the command.
+  t.throws(() => new EmbeddedStore(path), { name: 'StoreFormatError', message: /format 1.*format 6.*tokenproxy migrate/ });
   const check = new Database(path, { readonly: true });
   t.teardown(() => check.close());
-  t.equal(check.pragma('user_version', { simple: true }), 5, 'the file is at version 5 (idempotency, the audit trail and its anchors added)');
+  t.equal(check.pragma('user_version', { simple: true }), 1, 'the refused start left the file as it was');
+  const converting = new EmbeddedStore(path, { forMigration: true });
+  t.equal(check.pragma('user_version', { simple: true }), 5, 'opened for migration: the DDL-only steps to version 5 ran');
   t.ok((check.prepare('SELECT name FROM pragma_table_info(?)').all('audit_heads') as Array<{ name: string }>).some((c) => c.name === 'anchor'), 'heads have an anchor column (version 5)');
-  t.ok(check.prepare("SELECT 1 FROM sqlite_master WHERE name = 'tokens_dedupe'").get(), 'with the unique index');
   t.ok(check.prepare("SELECT 1 FROM sqlite_master WHERE name = 'idempotency_keys'").get(), 'with the idempotency table (version 3)');
-  t.ok(check.prepare("SELECT 1 FROM sqlite_master WHERE name = 'audit_events'").get(), 'with the audit trail tables (version 4)');
+  const migrator = converting.migrator();
+  t.same(await migrator.status(), { from: 5, to: 6, pending: 2, total: 2 });
+  t.same(await migrator.step(1), { converted: 1, done: false });
+  t.same(await migrator.status(), { from: 5, to: 6, pending: 1, total: 2 }, 'progress is kept in the file');
+  t.same(await migrator.step(10), { converted: 1, done: false });
+  t.same(await migrator.step(10), { converted: 0, done: true });
+  await converting.close();
+  t.equal(check.pragma('user_version', { simple: true }), 6);
+  t.notOk(check.prepare("SELECT 1 FROM sqlite_master WHERE name = 'tokens'").get(), 'the format 5 tables are gone');
+
+  const store = new EmbeddedStore(path);
+  t.teardown(() => store.close());
   t.same(await store.tokens.get(TENANT_A, twins[0]!.id), twins[0], 'old records read as before');
   t.same((await store.tokens.list(TENANT_A, {}, { size: 10, after: null })).items.map((r) => r.id), [twins[1]!.id, twins[0]!.id]);
   const results = await Promise.all(Array.from({ length: 10 }, () => store.tokens.insertMany([makeRecord({ fingerprint: 'fp-twin' })], { dedupe: [true] })));
   t.ok(results.every((r) => r[0]?.id === twins[0]!.id), 'deduplicates to the oldest of the twins');
   const fresh = await Promise.all(Array.from({ length: 10 }, () => store.tokens.insertMany([makeRecord({ fingerprint: 'fp-new' })], { dedupe: [true] })));
   t.equal(fresh.filter((r) => r[0] === null).length, 1, 'ten concurrent identical inserts write one token');
-  t.equal((check.prepare("SELECT count(*) AS n FROM tokens WHERE fingerprint = 'fp-new'").get() as { n: number }).n, 1, 'one row on disk');
+  t.equal((check.prepare("SELECT count(*) AS n FROM vault_tokens WHERE fingerprint = 'fp-new'").get() as { n: number }).n, 1, 'one row on disk');
   await store.close();
   const again = new EmbeddedStore(path);
   t.teardown(() => again.close());
-  t.equal((await again.tokens.list(TENANT_A, {}, { size: 10, after: null })).items.length, 3, 'opening a version 5 file again changes nothing');
+  t.equal((await again.tokens.list(TENANT_A, {}, { size: 10, after: null })).items.length, 3, 'opening a format 6 file again changes nothing');
+  t.same(await again.migrator().status(), { from: 6, to: 6, pending: 0, total: 3 }, 'nothing left to migrate');
 });
 
 t.test('a file newer than this code is refused, and left as it was', async (t) => {

@@ -18,8 +18,8 @@ import { closeSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import { InvalidCursorError } from '../codec.js';
-import { StoreUnavailableError } from '../types.js';
-import { migrate } from './schema.js';
+import { StoreFormatError, StoreUnavailableError } from '../types.js';
+import { openSchema, SCHEMA_VERSION } from './schema.js';
 import { decodeOp, encodeOp, WireReader } from './wire.js';
 import {
   describeError, openConnection, sqliteCode, writeError, writeExecutor, WriterThread,
@@ -36,24 +36,37 @@ export class EmbeddedConnection {
   #queue: WriteRequest[] = [];
   #flushScheduled = false;
   #closed: Promise<void> | null = null;
+  /** The format the file holds: SCHEMA_VERSION, or an older one when opened `forMigration`. */
+  readonly version: number;
 
-  /** Opens (creating if needed) the database at `path`, or ':memory:'. */
-  constructor(readonly path: string) {
+  /**
+   * Opens (creating if needed) the database at `path`, or ':memory:'. A file of an older format is
+   * StoreFormatError unless `forMigration` (tokenproxy migrate, issue 24 item 3): then it is opened
+   * as it is, and no writer thread starts until a write needs one (after the conversion).
+   */
+  constructor(readonly path: string, opts: { forMigration?: boolean } = {}) {
+    let version = 0;
+    let opened: Database.Database | undefined;
     try {
       if (path !== ':memory:') {
         mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
         // Created 0600 before SQLite opens it; SQLite gives -wal/-shm the same mode.
         closeSync(openSync(path, 'a', 0o600));
       }
-      this.db = openConnection(path);
-      migrate(this.db);
+      opened = openConnection(path);
+      version = openSchema(opened, opts);
     } catch (err) {
+      // An old format is the operator's to convert: said as it is, the file left as it was.
+      if (opened?.open) opened.close();
+      if (err instanceof StoreFormatError) throw err;
       const reason = err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : String(err instanceof Error ? err.message : err);
       throw new StoreUnavailableError(`cannot open the embedded store ${path}: ${reason}`, { cause: err });
     }
+    this.db = opened!;
+    this.version = version;
     // The schema exists now; the writer opens its own connection to it.
     if (path === ':memory:') this.#execute = writeExecutor(this.db);
-    else this.#writer = new WriterThread(path, () => this.#writerIdle());
+    else if (version === SCHEMA_VERSION) this.#writer = new WriterThread(path, () => this.#writerIdle());
   }
 
   /** Writes already accepted are committed (or rejected), the writer exits, then the database closes. */

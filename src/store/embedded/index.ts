@@ -5,11 +5,12 @@
  * (schema.ts).
  */
 import type { Worker } from 'node:worker_threads';
-import type { Store } from '../types.js';
+import type { FormatMigrator, Store } from '../types.js';
 import { EmbeddedAudit } from './audit.js';
 import { EmbeddedConnection } from './connection.js';
 import { EmbeddedDataKeys } from './data-keys.js';
 import { EmbeddedIdempotency } from './idempotency.js';
+import { EmbeddedMigrator } from './migrate.js';
 import { EmbeddedTokens } from './tokens.js';
 
 export class EmbeddedStore implements Store {
@@ -21,14 +22,22 @@ export class EmbeddedStore implements Store {
   readonly #c: EmbeddedConnection;
   readonly #ping: { get(): unknown };
 
-  /** Opens (creating if needed) the database at `path`, or ':memory:'. */
-  constructor(readonly path: string) {
-    this.#c = new EmbeddedConnection(path);
+  /**
+   * Opens (creating if needed) the database at `path`, or ':memory:'. A file of an older format is
+   * StoreFormatError (naming `tokenproxy migrate`) unless `forMigration` (issue 24 item 3).
+   */
+  constructor(readonly path: string, opts: { forMigration?: boolean } = {}) {
+    this.#c = new EmbeddedConnection(path, opts);
     this.tokens = new EmbeddedTokens(this.#c);
     this.dataKeys = new EmbeddedDataKeys(this.#c);
     this.#ping = this.#c.db.prepare('SELECT 1');
     this.audit = new EmbeddedAudit(this.#c);
     this.idempotency = new EmbeddedIdempotency(this.#c);
+  }
+
+  /** The 5 -> 6 conversion (migrate.ts); run with the service stopped. */
+  migrator(): FormatMigrator {
+    return new EmbeddedMigrator(this.#c.db);
   }
 
   async ping(): Promise<void> {

@@ -5,6 +5,7 @@
 import type { WrappedDataKey } from '../types.js';
 import type { AuditEvent, AuditHead, StoredAuditHead } from '../audit.js';
 import type { IdempotencyOp } from './idempotency-writes.js';
+import type { TokenColumns } from './format.js';
 
 export type Params = Record<string, string | number | null>;
 
@@ -16,7 +17,8 @@ export interface WriteRow {
   metadata: Record<string, string>;
   /** Insert only: return the oldest live token of the same tenant, type, container and fingerprint instead, if any. */
   dedupe?: boolean;
-  params: Params;
+  /** The token's columns in format 6 (format.ts toColumns). */
+  columns: TokenColumns;
 }
 
 export type WriteOp =

@@ -1,12 +1,19 @@
 /**
- * The embedded store's schema (issue 24 item 5: split out of the store): the tables of every port,
- * created or migrated once per file, at open, in one IMMEDIATE transaction.
+ * The embedded store's schema (issue 24 item 5: split out of the store): the tables of every port.
+ * A new file gets format 6 at open, in one IMMEDIATE transaction. A file of an older format is
+ * never changed by a service start (issue 24 item 3): it is StoreFormatError, naming `tokenproxy
+ * migrate`, which opens it `forMigration` and converts it (migrate.ts). The steps up to 5 are
+ * DDL only (columns, tables) and run at the start of that conversion; 5 -> 6 rewrites every token.
  */
 import type Database from 'better-sqlite3';
+import { StoreFormatError } from '../types.js';
+import { FORMAT_VERSION, SCHEMA_V6 } from './format.js';
 import { MIGRATE_IDEMPOTENCY } from './idempotency-writes.js';
 import { retryBusy } from './writer.js';
 
-export const SCHEMA_VERSION = 5;
+export const SCHEMA_VERSION = FORMAT_VERSION;
+/** The last format of the JSON records, which `tokenproxy migrate` converts from. */
+export const LEGACY_VERSION = 5;
 /** Version 1: the tables. */
 const SCHEMA_V1 = `
 CREATE TABLE IF NOT EXISTS tokens (
@@ -66,21 +73,62 @@ CREATE TABLE IF NOT EXISTS audit_heads (tenant_id TEXT PRIMARY KEY, seq INTEGER 
  */
 const MIGRATE_V5 = 'ALTER TABLE audit_heads ADD COLUMN anchor TEXT;';
 
+/** The tables every format since 5 shares (data keys, idempotency entries, the audit trail). */
+const SHARED = `
+CREATE TABLE IF NOT EXISTS data_keys (
+  ord INTEGER PRIMARY KEY AUTOINCREMENT,
+  kid TEXT NOT NULL UNIQUE, wrapped TEXT NOT NULL, created_at TEXT NOT NULL
+);
+${MIGRATE_IDEMPOTENCY}
+CREATE TABLE IF NOT EXISTS audit_events (
+  tenant_id TEXT NOT NULL, seq INTEGER NOT NULL, created_ms INTEGER NOT NULL, event TEXT NOT NULL,
+  PRIMARY KEY (tenant_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS audit_heads (tenant_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL, anchor TEXT) WITHOUT ROWID;`;
+
+export function schemaVersion(db: Database.Database): number {
+  return Number(db.pragma('user_version', { simple: true }));
+}
+
 /**
- * Creates or upgrades the schema. The version is read inside the transaction: a migration that
- * fails leaves the file as it was, and two processes opening one file migrate it once.
+ * Creates the schema of a new file, or checks the format of an existing one, and returns the
+ * version the file holds. The version is read inside the transaction: two processes opening one
+ * new file create it once. `forMigration`: an older format is returned as it is, for migrate.ts.
  */
-export function migrate(db: Database.Database): void {
-  const run = db.transaction(() => {
-    const version = Number(db.pragma('user_version', { simple: true }));
-    if (version > SCHEMA_VERSION) throw new Error(`the database schema (version ${version}) is newer than this tokenproxy understands`);
-    if (version === SCHEMA_VERSION) return;
-    db.exec(SCHEMA_V1);
-    if (version < 2) db.exec(MIGRATE_V2);
-    if (version < 3) db.exec(MIGRATE_IDEMPOTENCY);
-    if (version < 4) db.exec(MIGRATE_V4);
-    if (version < 5) db.exec(MIGRATE_V5);
-    db.pragma(`user_version = ${SCHEMA_VERSION}`);
+export function openSchema(db: Database.Database, opts: { forMigration?: boolean } = {}): number {
+  const run = db.transaction((): number => {
+    const version = schemaVersion(db);
+    if (version > SCHEMA_VERSION) throw new Error(`the database schema (version ${version}) is newer than this tokenproxy understands (${SCHEMA_VERSION})`);
+    if (version === SCHEMA_VERSION) return version;
+    if (version === 0) {
+      db.exec(SHARED + SCHEMA_V6);
+      db.pragma(`user_version = ${SCHEMA_VERSION}`);
+      return SCHEMA_VERSION;
+    }
+    if (opts.forMigration) {
+      // Formats 1 to 4: their DDL-only steps to 5 now, so every port opens; 5 -> 6 is migrate.ts's.
+      if (version < LEGACY_VERSION) upgradeToLegacy(db);
+      return LEGACY_VERSION;
+    }
+    throw new StoreFormatError(
+      version, SCHEMA_VERSION,
+      'run `tokenproxy migrate` with the service stopped to convert the embedded store (docs/operations.md, "Upgrading"); nothing was changed',
+    );
   });
-  retryBusy(() => run.immediate());
+  return retryBusy(() => run.immediate());
+}
+
+/**
+ * Brings a file of format 1 to 4 to format 5 (DDL only: columns and tables, the data untouched),
+ * inside the caller's transaction: the first step of the conversion to format 6.
+ */
+export function upgradeToLegacy(db: Database.Database): void {
+  const version = schemaVersion(db);
+  if (version >= LEGACY_VERSION) return;
+  db.exec(SCHEMA_V1);
+  if (version < 2) db.exec(MIGRATE_V2);
+  if (version < 3) db.exec(MIGRATE_IDEMPOTENCY);
+  if (version < 4) db.exec(MIGRATE_V4);
+  if (version < 5) db.exec(MIGRATE_V5);
+  db.pragma(`user_version = ${LEGACY_VERSION}`);
 }

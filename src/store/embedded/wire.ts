@@ -81,12 +81,12 @@ export class WireReader {
   }
 }
 
-/** A token row: its columns, then the dedupe flag, its index hashes and its metadata pairs. */
+/** A token row: its columns (format.ts TokenColumns), then the dedupe flag, its index hashes and its metadata pairs. */
 export function encodeRow(r: WriteRow): string {
-  const p = r.params;
-  let out = field(r.tenant_id) + field(r.id) + field(p.type as string) + field(p.container as string) + field(p.fingerprint as string | null)
-    + numField(p.expires_ms as number | null) + field(p.cvc_sealed as string | null) + numField(p.cvc_expires_ms as number | null)
-    + field(p.record as string) + field(p.dedupe_key as string | null) + (r.dedupe === true ? '1' : '0')
+  const c = r.columns;
+  let out = field(c.tenant) + field(c.id) + field(c.type) + field(c.container) + field(c.sealed) + field(c.fingerprint)
+    + numField(c.expires_ms) + field(c.cvc_sealed) + numField(c.cvc_expires_ms) + field(c.created_by) + numField(c.created_ms)
+    + field(c.fp_expr) + field(c.rest) + (r.dedupe === true ? '1' : '0')
     + field(String(r.index_hashes.length));
   for (const h of r.index_hashes) out += field(h);
   const keys = Object.keys(r.metadata);
@@ -98,11 +98,12 @@ export function encodeRow(r: WriteRow): string {
 function decodeRow(rd: WireReader): WriteRow {
   const tenant = rd.need();
   const id = rd.need();
-  const params = {
-    tenant, id, type: rd.need(), container: rd.need(), fingerprint: rd.str(), expires_ms: rd.num(), cvc_sealed: rd.str(),
-    cvc_expires_ms: rd.num(), record: rd.need(), dedupe_key: rd.str(),
+  const columns = {
+    tenant, id, type: rd.need(), container: rd.need(), sealed: rd.need(), fingerprint: rd.str(), expires_ms: rd.num(),
+    cvc_sealed: rd.str(), cvc_expires_ms: rd.num(), created_by: rd.need(), created_ms: rd.num() ?? NaN, fp_expr: rd.str(), rest: rd.str(),
   };
-  const row: WriteRow = { tenant_id: tenant, id, index_hashes: [], metadata: {}, params };
+  if (!Number.isFinite(columns.created_ms)) throw new Error('malformed embedded-store writer message');
+  const row: WriteRow = { tenant_id: tenant, id, index_hashes: [], metadata: {}, columns };
   if (rd.flag() === '1') row.dedupe = true;
   for (let n = rd.count(); n > 0; n--) row.index_hashes.push(rd.need());
   // No prototype: a metadata key "__proto__" is a key like any other (Object.entries reads it).

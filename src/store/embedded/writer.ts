@@ -11,10 +11,11 @@ import { Sqlite } from './sqlite.js';
 import { fileURLToPath } from 'node:url';
 import { isMainThread, parentPort, Worker, workerData, type MessagePort } from 'node:worker_threads';
 import { encodeEvent, type AuditHead } from '../audit.js';
-import { DuplicateTokenError, StoreUnavailableError } from '../types.js';
+import { DuplicateTokenError, StoreUnavailableError, type StoredToken } from '../types.js';
 import { idempotencyWrites } from './idempotency-writes.js';
+import { cvcOf, fromRow, packHex, packId, ROW_COLUMNS, TokenWrites, type Packed, type TokenRow } from './format.js';
 import { decodeRequests, decodeResults, encodeRequest, encodeResult } from './wire.js';
-import type { Params, WriteOp, WriteRow } from './ops.js';
+import type { WriteOp } from './ops.js';
 
 const WRITER_ROLE = 'tokenproxy embedded-store writer';
 interface WriterData {
@@ -25,14 +26,6 @@ interface WriterData {
 export const LIVE = '(expires_ms IS NULL OR expires_ms > @now)';
 
 export type { Params, WriteOp, WriteRow } from './ops.js';
-
-/** A stored row as reads return it (tokens.ts decodes it). */
-export interface StoredRow {
-  seq: number;
-  record: string;
-  cvc_sealed: string | null;
-  cvc_expires_ms: number | null;
-}
 
 export type WriteResult = { ok: true; value: unknown } | { ok: false; error: unknown };
 
@@ -118,32 +111,29 @@ export function openConnection(path: string): Database.Database {
  * and the others commit. Any other failure rolls the whole group back and fails every write in it.
  */
 export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) => WriteResult[] {
+  // Format 6 (format.ts): the insert and side-table statements are shared with the 5 -> 6 conversion.
+  const tokens = new TokenWrites(db);
+  const dict = tokens.dict;
   const s = {
-    // Positional: binding by name looks every parameter up on an object, per row.
-    insert: db.prepare<Array<string | number | null>>(
-      `INSERT INTO tokens (tenant_id, id, type, container, fingerprint, expires_ms, cvc_sealed, cvc_expires_ms, record, dedupe_key)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    ),
-    // The oldest live token a deduplicating insert returns instead of writing (tokens_by_fingerprint).
-    dedupeMatch: db.prepare<[Params], StoredRow>(
-      `SELECT seq, record, cvc_sealed, cvc_expires_ms FROM tokens WHERE tenant_id = @tenant AND fingerprint = @fingerprint
-       AND type = @type AND container = @container AND ${LIVE} ORDER BY seq LIMIT 1`,
+    // The oldest live token a deduplicating insert returns instead of writing (vault_tokens_by_fingerprint).
+    dedupeMatch: db.prepare<[number, Packed, number, number, number], TokenRow>(
+      `SELECT ${ROW_COLUMNS} FROM vault_tokens WHERE tenant = ? AND fingerprint = ? AND type = ? AND container = ?
+       AND (expires_ms IS NULL OR expires_ms > ?) ORDER BY seq LIMIT 1`,
     ),
     // No live token matched: whoever held the slot expired (or was patched to another fingerprint).
-    releaseDedupe: db.prepare<[Params]>('UPDATE tokens SET dedupe_key = NULL WHERE tenant_id = @tenant AND dedupe_key = @dedupe_key'),
-    insertHash: db.prepare<[string, string, number | bigint]>('INSERT OR IGNORE INTO token_index_hashes (tenant_id, hash, seq) VALUES (?, ?, ?)'),
-    insertMeta: db.prepare<[string, string, string, number | bigint]>('INSERT OR IGNORE INTO token_metadata (tenant_id, key, value, seq) VALUES (?, ?, ?, ?)'),
-    deleteHashes: db.prepare<[number]>('DELETE FROM token_index_hashes WHERE seq = ?'),
-    deleteMeta: db.prepare<[number]>('DELETE FROM token_metadata WHERE seq = ?'),
-    liveSeq: db.prepare<[Params], { seq: number }>(`SELECT seq FROM tokens WHERE tenant_id = @tenant AND id = @id AND ${LIVE}`),
-    // A token keeps its deduplication slot only while its fingerprint stays the same.
-    update: db.prepare<[Params]>(
-      `UPDATE tokens SET dedupe_key = CASE WHEN dedupe_key = @dedupe_key THEN dedupe_key END,
-       type = @type, container = @container, fingerprint = @fingerprint, expires_ms = @expires_ms,
-       cvc_sealed = @cvc_sealed, cvc_expires_ms = @cvc_expires_ms, record = @record WHERE seq = @seq`,
+    releaseDedupe: db.prepare<[number, number, number, Packed]>(
+      'UPDATE vault_tokens SET dedupe = NULL WHERE tenant = ? AND type = ? AND container = ? AND fingerprint = ? AND dedupe IS NOT NULL',
     ),
-    delete: db.prepare<[string, string], { expires_ms: number | null }>('DELETE FROM tokens WHERE tenant_id = ? AND id = ? RETURNING expires_ms'),
-    purgeCvc: db.prepare<[number]>('UPDATE tokens SET cvc_sealed = NULL WHERE cvc_sealed IS NOT NULL AND cvc_expires_ms <= ?'),
+    liveSeq: db.prepare<[number, Packed, number], { seq: number }>('SELECT seq FROM vault_tokens WHERE tenant = ? AND id = ? AND (expires_ms IS NULL OR expires_ms > ?)'),
+    // A token keeps its deduplication slot only while its type, container and fingerprint stay the same.
+    update: db.prepare<[Record<string, unknown>]>(
+      `UPDATE vault_tokens SET dedupe = CASE WHEN type = @type AND container = @container AND fingerprint = @fingerprint THEN dedupe END,
+       type = @type, container = @container, sealed = @sealed, fingerprint = @fingerprint, expires_ms = @expires_ms,
+       cvc_sealed = @cvc_sealed, cvc_expires_ms = @cvc_expires_ms, created_by = @created_by, created_ms = @created_ms,
+       fp_expr = @fp_expr, rest = @rest WHERE seq = @seq`,
+    ),
+    delete: db.prepare<[number, Packed], { expires_ms: number | null }>('DELETE FROM vault_tokens WHERE tenant = ? AND id = ? RETURNING expires_ms'),
+    purgeCvc: db.prepare<[number]>('UPDATE vault_tokens SET cvc_sealed = NULL WHERE cvc_sealed IS NOT NULL AND cvc_expires_ms <= ?'),
     listKeys: db.prepare<[], { kid: string; wrapped: string; created_at: string }>('SELECT kid, wrapped, created_at FROM data_keys ORDER BY ord'),
     addKey: db.prepare<[string, string, string]>('INSERT OR IGNORE INTO data_keys (kid, wrapped, created_at) VALUES (?, ?, ?)'),
     auditHead: db.prepare<[string], AuditHead>('SELECT seq, hash FROM audit_heads WHERE tenant_id = ?'),
@@ -154,54 +144,59 @@ export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) 
     ),
   };
   const idempotency = idempotencyWrites(db);
-  const writeSide = (r: WriteRow, seq: number | bigint): void => {
-    for (const hash of r.index_hashes) s.insertHash.run(r.tenant_id, hash, seq);
-    for (const [key, value] of Object.entries(r.metadata)) s.insertMeta.run(r.tenant_id, key, value, seq);
-  };
   const apply = (w: WriteOp): unknown => {
     switch (w.op) {
       case 'insert': {
-        // Per row: null when written, the existing row when deduplicated. The match and the write
-        // are in one transaction of the one writer; the unique index on (tenant_id, dedupe_key)
-        // makes "one deduplicated token per tenant, type, container and fingerprint" a constraint.
-        const out: (StoredRow | null)[] = [];
+        // Per row: null when written, the existing token when deduplicated (its record, with its cvc
+        // as stored: the main thread hides one past its deadline). The match and the write are in one
+        // transaction of the one writer; the unique index vault_tokens_dedupe makes "one
+        // deduplicated token per tenant, type, container and fingerprint" a constraint.
+        const out: (StoredToken | null)[] = [];
         for (const r of w.rows) {
-          const dedupe = r.dedupe === true && r.params.dedupe_key !== null;
+          const c = r.columns;
+          const dedupe = r.dedupe === true && c.fingerprint !== null;
           if (dedupe) {
-            const hit = s.dedupeMatch.get({ ...r.params, now: Date.now() });
+            const tenant = dict.number(c.tenant);
+            const type = dict.number(c.type);
+            const container = dict.number(c.container);
+            const fp = packHex(c.fingerprint!);
+            const hit = s.dedupeMatch.get(tenant, fp, type, container, Date.now());
             if (hit) {
-              out.push(hit);
+              out.push(fromRow(hit, dict, cvcOf(hit)));
               continue;
             }
-            s.releaseDedupe.run(r.params);
+            s.releaseDedupe.run(tenant, type, container, fp);
           }
-          let seq: number | bigint;
-          const p = r.params;
           try {
-            seq = s.insert.run(p.tenant!, p.id!, p.type!, p.container!, p.fingerprint!, p.expires_ms!, p.cvc_sealed!, p.cvc_expires_ms!, p.record!, dedupe ? p.dedupe_key! : null).lastInsertRowid;
+            tokens.insert(c, r, dedupe);
           } catch (err) {
             const code = sqliteCode(err);
-            const onDedupe = err instanceof Error && err.message.includes('dedupe_key');
+            const onDedupe = err instanceof Error && err.message.includes('vault_tokens.fingerprint');
             if (!onDedupe && (code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY')) throw new DuplicateTokenError(r.id);
             throw err;
           }
-          writeSide(r, seq);
           out.push(null);
         }
         return out;
       }
       case 'update': {
-        const live = s.liveSeq.get({ tenant: w.row.tenant_id, id: w.row.id, now: Date.now() });
+        const c = w.row.columns;
+        const tenant = dict.find(c.tenant);
+        const live = tenant === null ? undefined : s.liveSeq.get(tenant, packId(c.id), Date.now());
         if (!live) return false;
-        s.update.run({ ...w.row.params, seq: live.seq });
-        s.deleteHashes.run(live.seq);
-        s.deleteMeta.run(live.seq);
-        writeSide(w.row, live.seq);
+        const v = tokens.bind(c);
+        s.update.run({
+          type: v[2], container: v[3], sealed: v[4], fingerprint: v[5], expires_ms: v[6], cvc_sealed: v[7], cvc_expires_ms: v[8],
+          created_by: v[9], created_ms: v[10], fp_expr: v[11], rest: c.rest, seq: live.seq,
+        });
+        tokens.clearSide(live.seq);
+        tokens.writeSide(tenant!, w.row, live.seq);
         return true;
       }
       case 'delete': {
         // True only when it was live: an expired token counts as missing.
-        const row = s.delete.get(w.tenant_id, w.id);
+        const tenant = dict.find(w.tenant_id);
+        const row = tenant === null ? undefined : s.delete.get(tenant, packId(w.id));
         return row !== undefined && (row.expires_ms === null || row.expires_ms > Date.now());
       }
       case 'purgeCvc':
@@ -231,6 +226,8 @@ export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) 
         out.push({ ok: true, value: one(w) });
       } catch (err) {
         if (!(err instanceof DuplicateTokenError)) throw err;
+        // The savepoint's dict entries were rolled back with it.
+        dict.forget();
         out.push({ ok: false, error: err });
       }
     }
@@ -247,6 +244,7 @@ export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) 
     try {
       tx.immediate(ops, out);
     } catch (err) {
+      dict.forget();
       return ops.map(() => ({ ok: false, error: err }));
     }
     return out;

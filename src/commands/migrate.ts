@@ -1,0 +1,210 @@
+/**
+ * `tokenproxy migrate` (issue 24 item 3): converts the configured store to the format this version
+ * reads, through the store's own FormatMigrator (`Store.migrator()`: the embedded store's in
+ * store/embedded/migrate.ts; any backend that has one plugs in without a change here). Every step
+ * commits its own progress in the store, so a run killed at any point (kill -9 included) is
+ * resumed by running the command again. Afterwards the store is opened as the service opens it:
+ * the token count must be what it was, and a sample of tokens must decrypt under the master key
+ * (which is why the command needs it, as verify-audit does). Nothing is decrypted to convert.
+ *
+ * Exit codes as every command (src/cli.ts): 0 done or nothing to do; 1 failed; 2 usage error.
+ */
+import { dirname } from 'node:path';
+import type { ParseArgsConfig } from 'node:util';
+import { ConfigError, type LoadedConfig } from '../config/load.js';
+import type { KeyRing } from '../crypto/keyring.js';
+import { loadFullConfig } from '../model/compile.js';
+import type { FormatMigrator, Store } from '../store/types.js';
+
+const EXIT_OK = 0;
+const EXIT_FAILED = 1;
+const EXIT_USAGE = 2;
+const DEFAULT_BATCH = 1000;
+const MAX_BATCH = 100_000;
+/** Tokens decrypted per tenant of the config after the conversion (the newest first). */
+const SAMPLE_PER_TENANT = 20;
+
+/** What the command writes to; `tty` (default: whether stdout is a terminal) draws a progress bar. */
+export interface MigrateIo {
+  out(text: string): void;
+  err(text: string): void;
+  tty?: boolean;
+}
+
+type Values = Record<string, string | boolean | undefined>;
+
+/** The data of a token: the AAD the vault seals it under (vault/service.ts dataAad, cvcAad). */
+const dataAad = (tenantId: string, id: string): string => `${tenantId}:${id}`;
+const cvcAad = (tenantId: string, id: string): string => `${tenantId}:${id}:cvc`;
+
+const n = (x: number): string => x.toLocaleString('en-US');
+
+/** A bar redrawn in place on a terminal; otherwise a plain line at every tenth of the way. */
+function progress(io: MigrateIo, pending: number): { update(done: number): void; end(): void } {
+  const tty = io.tty ?? process.stdout.isTTY === true;
+  let lastTenth = -1;
+  const width = 30;
+  return {
+    update(done) {
+      const ratio = pending === 0 ? 1 : Math.min(1, done / pending);
+      if (tty) {
+        const filled = Math.round(ratio * width);
+        io.out(`\r[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] ${String(Math.floor(ratio * 100)).padStart(3)}%  ${n(done)}/${n(pending)} tokens`);
+        return;
+      }
+      const tenth = Math.floor(ratio * 10);
+      if (tenth > lastTenth) {
+        lastTenth = tenth;
+        io.out(`converted ${n(done)} of ${n(pending)} token(s) (${tenth * 10}%)\n`);
+      }
+    },
+    end() {
+      if (tty) io.out('\n');
+    },
+  };
+}
+
+/** Decrypts up to SAMPLE_PER_TENANT tokens of each configured tenant; the count decrypted, or the first failure. */
+async function decryptSample(store: Store, ring: KeyRing, config: LoadedConfig): Promise<{ ok: true; count: number } | { ok: false; reason: string }> {
+  let count = 0;
+  for (const tenant of config.tenants) {
+    const page = await store.tokens.list(tenant.id, {}, { size: SAMPLE_PER_TENANT, after: null });
+    for (const t of page.items) {
+      try {
+        ring.unseal(t.sealed, dataAad(t.tenant_id, t.id));
+        if (t.cvc_sealed !== null) ring.unseal(t.cvc_sealed, cvcAad(t.tenant_id, t.id));
+      } catch (err) {
+        return { ok: false, reason: `token ${t.id} of tenant ${tenant.id} does not decrypt (${(err as Error).name})` };
+      }
+      count++;
+    }
+  }
+  return { ok: true, count };
+}
+
+async function migrate(config: LoadedConfig, opts: { dryRun: boolean; batch: number }, io: MigrateIo): Promise<number> {
+  const fail = (msg: string): number => {
+    io.err(`tokenproxy migrate: ${msg}\n`);
+    return EXIT_FAILED;
+  };
+  // Loaded here, as cli.ts loads the other tools' modules: `tokenproxy start` needs none of them.
+  const [{ masterKeyId }, { loadMasterKey, masterKeyMismatchHint }, { storeSetting }, { assertStoreExists, createStore, resolveStorePath }] = await Promise.all([
+    import('../crypto/keyring.js'), import('../crypto/master-key.js'), import('../crypto/open.js'), import('../store/factory.js'),
+  ]);
+  try {
+    assertStoreExists(config.store);
+  } catch (err) {
+    return fail((err as Error).message);
+  }
+  const source = { fromEnv: config.masterKeyFromEnv, file: config.secrets.master_key_file, dataDir: dirname(resolveStorePath(config.store)) };
+  let master: Buffer;
+  try {
+    master = loadMasterKey({ ...source, storeKind: config.store.kind, warn: (msg) => io.err(`tokenproxy migrate: ${msg}\n`), createDevKey: false });
+  } catch (err) {
+    return fail(`${(err as Error).message}; the converted tokens cannot be checked without the service's master key`);
+  }
+  try {
+    let store: Store;
+    try {
+      store = await createStore(config.store, { mustExist: true, forMigration: true });
+    } catch (err) {
+      return fail(`cannot open the store: ${(err as Error).message}`);
+    }
+    let before: Awaited<ReturnType<FormatMigrator['status']>>;
+    try {
+      const migrator = store.migrator?.();
+      if (!migrator) {
+        io.out(`the ${config.store.kind} store has no format to convert: nothing to do\n`);
+        return EXIT_OK;
+      }
+      before = await migrator.status();
+      if (before.from === before.to && before.pending === 0) {
+        io.out(`the ${config.store.kind} store is already at format ${before.to} (${n(before.total)} token(s)): nothing to do\n`);
+        return EXIT_OK;
+      }
+      // A wrong master key would pass the conversion (nothing is decrypted) and fail every read after it.
+      const keys = await store.dataKeys.listDataKeys();
+      const id = masterKeyId(master);
+      if (!keys.every((k) => k.wrapped.split('.')[1] === id)) {
+        return fail(`the master key (id ${id}) is not the one this store's data keys were wrapped with; nothing was changed. ${masterKeyMismatchHint(source, storeSetting(config))}`);
+      }
+      const what = `${n(before.pending)} of ${n(before.total)} token(s) of the ${config.store.kind} store from format ${before.from} to format ${before.to}`;
+      if (opts.dryRun) {
+        io.out(`dry run: would convert ${what}, ${n(opts.batch)} a step; nothing was changed\n`);
+        return EXIT_OK;
+      }
+      io.out(`converting ${what}, ${n(opts.batch)} a step (stop the service first; a run that is interrupted goes on where it stopped when run again)\n`);
+      const bar = progress(io, before.pending);
+      let done = 0;
+      bar.update(0);
+      for (;;) {
+        const r = await migrator.step(opts.batch);
+        done += r.converted;
+        bar.update(Math.min(done, before.pending));
+        if (r.done) break;
+      }
+      bar.end();
+    } catch (err) {
+      return fail(`the conversion stopped: ${(err as Error).message}; run tokenproxy migrate again to go on from where it stopped`);
+    } finally {
+      await store.close();
+    }
+    return await verify(config, master, before.total, io, fail);
+  } finally {
+    master.fill(0);
+  }
+}
+
+/** Opens the store as the service does: the format it reads, the count as before, a sample that decrypts. */
+async function verify(config: LoadedConfig, master: Buffer, expected: number, io: MigrateIo, fail: (msg: string) => number): Promise<number> {
+  const [{ KeyRing }, { createStore }] = await Promise.all([import('../crypto/keyring.js'), import('../store/factory.js')]);
+  let store: Store;
+  try {
+    store = await createStore(config.store, { mustExist: true });
+  } catch (err) {
+    return fail(`the converted store does not open as the service opens it: ${(err as Error).message}`);
+  }
+  try {
+    const status = await store.migrator?.().status();
+    if (status && (status.from !== status.to || status.pending !== 0)) return fail(`the store still holds format ${status.from} after the conversion`);
+    if (status && status.total !== expected) return fail(`the store holds ${n(status.total)} token(s) after the conversion, ${n(expected)} before`);
+    const ring = await KeyRing.open(master, store.dataKeys);
+    const sample = await decryptSample(store, ring, config);
+    if (!sample.ok) return fail(sample.reason);
+    io.out(`done: ${n(expected)} token(s), as before; ${n(sample.count)} of them (the newest of each configured tenant) decrypt under the master key\n`);
+    return EXIT_OK;
+  } catch (err) {
+    return fail(`checking the converted store failed: ${(err as Error).message}`);
+  } finally {
+    await store.close();
+  }
+}
+
+const options: NonNullable<ParseArgsConfig['options']> = {
+  config: { type: 'string', short: 'c' },
+  'dry-run': { type: 'boolean', short: 'n' },
+  batch: { type: 'string', short: 'b' },
+};
+
+export const migrateCommand = {
+  summary: "convert the store to this version's format (resumable; stop the service first)",
+  usage: `tokenproxy migrate [--dry-run] [--batch N] [--config PATH]\n\nConverts the store of the config to the format this version of tokenproxy reads (the service\nrefuses to start on an older one and names this command). Stop the service first. The conversion\nruns in steps of N tokens, each committed with its progress, so a run that is interrupted (even\nkilled) goes on from where it stopped when run again. Nothing is decrypted to convert; afterwards\nthe command opens the store as the service does, checks that it holds as many tokens as before\nand decrypts a sample of them, which needs the master key (as for the service). A progress bar\nis drawn on a terminal, plain lines otherwise. A store already in the current format: nothing to\ndo. Back the store up first (tokenproxy backup, for the embedded store).\n\nExit 0: converted and checked, or nothing to do; 1: the conversion or the check failed, the store\nis missing, or the master key is not the store's; 2: usage error.\n\n  -n, --dry-run       say what would be converted, change nothing\n  -b, --batch N       tokens a step (default ${DEFAULT_BATCH}, at most ${n(MAX_BATCH)})\n  -c, --config PATH   the config file (default: $TOKENPROXY_CONFIG, else config/tokenproxy.yaml)`,
+  options,
+  async run(values: Values, io: MigrateIo): Promise<number> {
+    const batchText = (values.batch as string | undefined) ?? String(DEFAULT_BATCH);
+    const batch = /^[1-9][0-9]{0,5}$/.test(batchText) ? Number(batchText) : NaN;
+    if (!(batch <= MAX_BATCH)) {
+      io.err(`tokenproxy migrate: --batch must be a whole number from 1 to ${n(MAX_BATCH)}; see tokenproxy migrate --help\n`);
+      return EXIT_USAGE;
+    }
+    let config: LoadedConfig;
+    try {
+      config = loadFullConfig({ path: values.config as string | undefined });
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      io.err(`tokenproxy: ${err.message}\n`);
+      return EXIT_FAILED;
+    }
+    return migrate(config, { dryRun: values['dry-run'] === true, batch }, io);
+  },
+};
