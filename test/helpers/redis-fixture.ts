@@ -4,7 +4,7 @@
  * every key, its contents and its expiry, with @@PREFIX@@ in key names and values replaced.
  */
 import { readFileSync } from 'node:fs';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 
 const DIR = new URL('../fixtures/redis-v3/', import.meta.url);
 
@@ -41,11 +41,11 @@ export function redisFixtureExpected(): RedisFixture {
   return JSON.parse(readFileSync(new URL('expected.json', DIR), 'utf8')) as RedisFixture;
 }
 
-/** Writes the fixture's keys under `prefix`; returns how many. */
-export async function loadRedisFixture(url: string, prefix: string): Promise<number> {
+/** Writes the fixture's keys under `prefix` (to one server's URL, or through a Cluster client); returns how many. */
+export async function loadRedisFixture(target: string | Cluster, prefix: string): Promise<number> {
   const { keys } = JSON.parse(readFileSync(new URL('keyspace.json', DIR), 'utf8')) as { keys: FixtureKey[] };
   const P = (s: string): string => s.split('@@PREFIX@@').join(prefix);
-  const client = new Redis(url);
+  const client = typeof target === 'string' ? new Redis(target) : target;
   try {
     for (const k of keys) {
       const key = prefix + P(k.key);
@@ -58,6 +58,6 @@ export async function loadRedisFixture(url: string, prefix: string): Promise<num
     }
     return keys.length;
   } finally {
-    client.disconnect();
+    if (typeof target === 'string') client.disconnect();
   }
 }
