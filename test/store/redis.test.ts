@@ -141,6 +141,23 @@ if (redis) {
     t.same(await m.step(100), { converted: 0, done: true }, 'a second migration has nothing to do');
   });
 
+  // Layout 4 keys the fingerprint hash by the fingerprint's first 8 bytes (record.ts fingerprintField):
+  // fingerprints sharing them share a field, and every reader compares the whole one.
+  t.test('fingerprints that share the fingerprint hash field stay apart', async (t) => {
+    const store = await open(t);
+    const a = makeRecord({ fingerprint: 'shared-prefix-a' });
+    const b = makeRecord({ fingerprint: 'shared-prefix-b' });
+    await store.tokens.insertMany([a]);
+    t.same(await store.tokens.insertMany([b], { dedupe: [true] }), [null], 'b does not deduplicate to a');
+    const [again] = await store.tokens.insertMany([makeRecord({ fingerprint: 'shared-prefix-b' })], { dedupe: [true] });
+    t.equal(again?.id, b.id, 'a third deduplicates to b');
+    const ids = async (fingerprint: string) => (await store.tokens.list(TENANT_A, { fingerprint }, { size: 10, after: null })).items.map((r) => r.id);
+    t.same(await ids('shared-prefix-a'), [a.id]);
+    t.same(await ids('shared-prefix-b'), [b.id]);
+    t.ok(await store.tokens.delete(TENANT_A, a.id));
+    t.same(await ids('shared-prefix-b'), [b.id], 'deleting a leaves b under the field');
+  });
+
   t.test('a scoped list reads only the records of the containers it may show', async (t) => {
     const store = await open(t);
     const client = raw(t);

@@ -21,7 +21,8 @@
  *                        list merges the containers' zsets (there is no zset of all tokens)
  *   P t:{T}:m:<key>:<value>   zset id → seq: tokens with that metadata pair
  *   P t:{T}:x:<hash bytes>    zset id → seq: tokens with that search index hash
- *   P t:{T}:f            hash fingerprint → the ids with it (each a u16 length and the id), what
+ *   P t:{T}:f            hash fingerprint (its first 8 bytes) → the ids with it (each a u16 length and
+ *                        the id; the records hold the whole fingerprint, compared by every reader), what
  *                        deduplication and fingerprint search read (one field, not a key, each)
  *   P t:{T}:d            zset id → the cvc's purge time (purgeCvc cuts the cvc off the record)
  *   P t:{T}:seq          per-tenant sequence (INCR); zset scores, newest-first cursors

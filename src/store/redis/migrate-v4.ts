@@ -17,7 +17,7 @@ import { decodeRecord as decodeLayout3 } from '../codec.js';
 import type { FormatMigrator } from '../types.js';
 import { StoreUnavailableError } from '../types.js';
 import { CAS_ATTEMPTS, type RedisConnection } from './connection.js';
-import { encodeRecord, packDigest, packId } from './record.js';
+import { encodeRecord, fingerprintField, packId } from './record.js';
 import { SCRIPT_LIB } from './scripts.js';
 import { bucketOf, cvcDueArg, keysOf, zsetsOf } from './tokens.js';
 
@@ -150,7 +150,7 @@ export class RedisMigratorV4 implements FormatMigrator {
       const dir = k.container(v3.container);
       const keys = [key, cvcKey, c.t(tenant, 'cvcdue'), k.records, k.fingerprints, k.cvcDue, k.containers, dir, bucketOf(dir, Number(seq)), bucketOf(k.cvcDue, Number(seq)), ...zsets, ...oldZsets];
       const out = await c.eval(CONVERT, keys, [
-        json, packId(v3.id), encodeRecord(record, Number(seq)), v3.fingerprint === null ? '' : packDigest(v3.fingerprint), cvcDueArg(record),
+        json, packId(v3.id), encodeRecord(record, Number(seq)), v3.fingerprint === null ? '' : fingerprintField(v3.fingerprint), cvcDueArg(record),
         v3.container, v3.id, String(zsets.length), ...zsets, dir,
       ], true);
       if (Number(out) > 0) return 1;

@@ -9,9 +9,10 @@
  *   [7..12]  cvc_expires_at, ms (0: none)
  *   [13..18] the tenant's sequence number (the insert script writes it)
  *   [19..22] where the cvc starts (the record's length when it has none), big-endian
- *   [23..]   type and container (str), the dedupe match compares these bytes as they are;
+ *   [23..]   type and container (str), the fingerprint (bytes, empty for none): the dedupe
+ *            match compares these bytes as they are (dedupeKey);
  *            u16 flags; sealed; created_by (id); created_at (time); then, as flagged, the
- *            fingerprint (digest), fingerprint_expression, mask, modified_by, modified_at, the
+ *            fingerprint_expression, mask, modified_by, modified_at, the
  *            expiry texts when not canonical, metadata (its JSON: keys and values as given),
  *            search_indexes, index_hashes (digests); then the cvc (sealed), cut off by the purge.
  *
@@ -27,7 +28,7 @@ export const HEADER = 23;
 const MAX_MS = 2 ** 48 - 1;
 
 const F = {
-  fingerprint: 1, fpExpr: 2, mask: 4, modifiedBy: 8, modifiedAt: 16, expiresText: 32, cvcText: 64,
+  fpExpr: 2, mask: 4, modifiedBy: 8, modifiedAt: 16, expiresText: 32, cvcText: 64,
   metadata: 128, searchIndexes: 256, indexHashes: 512, expires: 1024, cvcExpires: 2048, cardFpExpr: 4096,
 } as const;
 
@@ -233,12 +234,25 @@ function readU48(b: Buffer, at: number): number {
   return b.readUIntBE(at, 6);
 }
 
-/** The bytes of type and container as the record holds them: what a deduplicating insert matches. */
-export function typeContainer(type: string, container: string): Buffer {
+/**
+ * The bytes of type, container and fingerprint as the record holds them, right after its header:
+ * what a deduplicating insert compares (the fingerprint hash's field is only a prefix of it).
+ */
+export function dedupeKey(type: string, container: string, fingerprint: string | null): Buffer {
   const w = new Writer();
   w.str(type);
   w.str(container);
+  w.bytes(fingerprint === null ? Buffer.alloc(0) : packDigest(fingerprint));
   return w.done();
+}
+
+/**
+ * The fingerprint hash's field: the first 8 bytes of the packed fingerprint (a 64-bit prefix of
+ * the HMAC: 24 bytes a card less than the whole). Ids under one field may have other
+ * fingerprints: readers compare the record's.
+ */
+export function fingerprintField(fingerprint: string): Buffer {
+  return packDigest(fingerprint).subarray(0, 8);
 }
 
 /** The record's bytes, with `seq` in its header (the insert script overwrites it). */
@@ -250,12 +264,11 @@ export function encodeRecord(r: StoredToken, seq = 0): Buffer {
   const clamp = (ms: number): number => Math.min(MAX_MS, Math.max(1, ms));
   let flags = 0;
   const w = new Writer();
-  w.raw(typeContainer(r.type, r.container));
+  w.raw(dedupeKey(r.type, r.container, r.fingerprint));
   const body = new Writer();
   body.sealed(r.sealed);
   body.bytes(packId(r.created_by));
   body.time(r.created_at);
-  if (r.fingerprint !== null) (flags |= F.fingerprint), body.bytes(packDigest(r.fingerprint));
   if (r.fingerprint_expression === CARD_FP_EXPR) flags |= F.cardFpExpr;
   else if (r.fingerprint_expression !== null) (flags |= F.fpExpr), body.str(r.fingerprint_expression);
   if (r.mask !== null) (flags |= F.mask), body.str(r.mask);
@@ -314,11 +327,12 @@ export function decodeRecord(tenantId: string, id: string, b: Buffer): DecodedRe
   const r = new Reader(b, HEADER);
   const type = r.str();
   const container = r.str();
+  const fpBytes = r.bytes();
+  const fingerprint = fpBytes.length > 0 ? unpackName(fpBytes, 32) : null;
   const flags = (r.byte() << 8) | r.byte();
   const sealed = r.sealed();
   const createdBy = unpackId(r.bytes());
   const createdAt = r.time();
-  const fingerprint = flags & F.fingerprint ? unpackName(r.bytes(), 32) : null;
   const fpExpr = flags & F.cardFpExpr ? CARD_FP_EXPR : flags & F.fpExpr ? r.str() : null;
   const mask = flags & F.mask ? r.str() : null;
   const modifiedBy = flags & F.modifiedBy ? unpackId(r.bytes()) : null;

@@ -79,7 +79,7 @@ end`;
  * every other key written (declared for a Cluster). ARGV[1] now (ms), ARGV[2..3] the first and last
  * order bucket declared (the sequence numbers this batch gets must fall in them, else {'retry'},
  * nothing written); then per record: id, record,
- * fingerprint ('' none), dedupe ('1'), type+container bytes, its container's bucket zset, the container,
+ * fingerprint field ('' none), dedupe ('1'), type+container+fingerprint bytes (record.ts dedupeKey), its container's bucket zset, the container,
  * the cvc's purge time ('' none), n, n index zsets. Plans first, writing nothing: a deduplicating
  * record takes the oldest live token of its tenant, type, container and fingerprint, or an earlier
  * record of the batch; any other record whose id exists fails the batch ({'dup', id}). Answers
@@ -115,6 +115,7 @@ for k, b in ipairs(batch) do
   local hit = nil
   local dd = b.fp .. '\\0' .. b.tc
   -- A stored token is older than any of the batch: it wins over an earlier record of the batch.
+  -- b.tc holds the whole fingerprint; the field b.fp only its prefix.
   if b.dedupe and b.fp ~= '' then hit = liveMatch(b) or byDd[dd] end
   if hit then
     plan[k] = hit

@@ -9,7 +9,7 @@ import { checkPage, cvcVisible, decodeCursor, encodeCursor, isLive, scopeAllows 
 import type { InsertOptions, Page, PageResult, StoredToken, TokenFilter, TokenPort } from '../types.js';
 import { DuplicateTokenError, StoreUnavailableError } from '../types.js';
 import { CAS_ATTEMPTS, type RedisConnection } from './connection.js';
-import { decodeRecord, encodeRecord, packDigest, packId, typeContainer, unpackId, type DecodedRecord } from './record.js';
+import { decodeRecord, dedupeKey, encodeRecord, fingerprintField, packDigest, packId, unpackId, type DecodedRecord } from './record.js';
 import { DELETE, INSERT, PURGE_CVC, UPDATE } from './scripts.js';
 
 /** Due buckets (of up to 128 cvcs each) one purge script clears. */
@@ -96,8 +96,8 @@ export class RedisTokens implements TokenPort {
       for (const z of zsets) declared.set(Buffer.from(z).toString('latin1'), z);
       const dir = k.container(r.container);
       dirs.add(dir);
-      perRecord.push(packId(r.id), encodeRecord(r), r.fingerprint === null ? '' : packDigest(r.fingerprint), options.dedupe?.[i] === true ? '1' : '0',
-        typeContainer(r.type, r.container), dir, r.container, cvcDueArg(r), String(zsets.length), ...zsets);
+      perRecord.push(packId(r.id), encodeRecord(r), r.fingerprint === null ? '' : fingerprintField(r.fingerprint), options.dedupe?.[i] === true ? '1' : '0',
+        dedupeKey(r.type, r.container, r.fingerprint), dir, r.container, cvcDueArg(r), String(zsets.length), ...zsets);
     }
     let out: unknown = null;
     for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
@@ -145,11 +145,11 @@ export class RedisTokens implements TokenPort {
     const id = packId(record.id);
     const next = encodeRecord(record);
     const newZsets = zsetsOf(this.#c, record);
-    const fp = record.fingerprint === null ? '' : packDigest(record.fingerprint);
+    const fp = record.fingerprint === null ? '' : fingerprintField(record.fingerprint);
     const newDir = k.container(record.container);
     return (await this.#withCurrent(record.tenant_id, id, (raw, { record: old, seq }) => {
       const oldZsets = zsetsOf(this.#c, old);
-      const oldFp = old.fingerprint === null ? '' : packDigest(old.fingerprint);
+      const oldFp = old.fingerprint === null ? '' : fingerprintField(old.fingerprint);
       const oldDir = k.container(old.container);
       const orderKeys = [oldDir, bucketOf(oldDir, seq), newDir, bucketOf(newDir, seq), bucketOf(k.cvcDue, seq)];
       return this.#c.eval(UPDATE, [k.records, k.fingerprints, k.cvcDue, k.containers, ...oldZsets, ...newZsets, ...orderKeys],
@@ -164,7 +164,7 @@ export class RedisTokens implements TokenPort {
       const zsets = zsetsOf(this.#c, old);
       const dir = k.container(old.container);
       return this.#c.eval(DELETE, [k.records, k.fingerprints, k.cvcDue, dir, bucketOf(dir, seq), bucketOf(k.cvcDue, seq), ...zsets],
-        [String(Date.now()), bin, raw, old.fingerprint === null ? '' : packDigest(old.fingerprint), dir, String(zsets.length), ...zsets], true);
+        [String(Date.now()), bin, raw, old.fingerprint === null ? '' : fingerprintField(old.fingerprint), dir, String(zsets.length), ...zsets], true);
     })) === 1;
   }
 
@@ -263,7 +263,8 @@ export class RedisTokens implements TokenPort {
     let ids = f.ids ? [...new Set(f.ids)].map(packId) : null;
     if (f.fingerprint !== undefined) {
       const k = keysOf(this.#c, tenantId);
-      const packed = await this.#c.call(() => this.#c.client.hgetBuffer(k.fingerprints, packDigest(f.fingerprint!)));
+      // The ids under the fingerprint's field; the records' own fingerprints are compared (matches).
+      const packed = await this.#c.call(() => this.#c.client.hgetBuffer(k.fingerprints, fingerprintField(f.fingerprint!)));
       const byFp: Buffer[] = [];
       for (let i = 0; packed && i + 2 <= packed.length; ) {
         const n = packed.readUInt16BE(i);
