@@ -17,14 +17,17 @@
  * on one shard (a batch stays all or nothing). Ids, digests and ciphertext are raw bytes (record.ts):
  * an id is its 16 bytes when it is a lowercase UUID, a fingerprint or search hash its 32 bytes.
  *   P t:{T}:r            hash id → the binary record (record.ts), the cvc at its end
- *   P t:{T}:o:<container> zset id → seq: the container's tokens, newest-first pages; an unfiltered
- *                        list merges the containers' zsets (there is no zset of all tokens)
+ *   P t:{T}:o:<container>     zset bucket → bucket: the container's non-empty order buckets
+ *   P t:{T}:o:<container>:<b> zset id → seq for seq div 128 = b (a listpack): the container's
+ *                        tokens, newest-first pages; an unfiltered list merges the containers'
+ *                        (there is no zset of all tokens)
  *   P t:{T}:m:<key>:<value>   zset id → seq: tokens with that metadata pair
  *   P t:{T}:x:<hash bytes>    zset id → seq: tokens with that search index hash
  *   P t:{T}:f            hash fingerprint (its first 8 bytes) → the ids with it (each a u16 length and
  *                        the id; the records hold the whole fingerprint, compared by every reader), what
  *                        deduplication and fingerprint search read (one field, not a key, each)
- *   P t:{T}:d            zset id → the cvc's purge time (purgeCvc cuts the cvc off the record)
+ *   P t:{T}:d, P t:{T}:d:<b>  the cvc purge times the same way: bucket b's zset id → ms, the
+ *                        directory bucket → its earliest (purgeCvc cuts the cvc off the record)
  *   P t:{T}:seq          per-tenant sequence (INCR); zset scores, newest-first cursors
  *   P t:{T}:containers   set of the tenant's containers (a container is never removed from it)
  *   P t:{T}:idem:<key>   hash {s, o, v}: an idempotency entry, expiring by itself (idempotency-scripts.ts)
