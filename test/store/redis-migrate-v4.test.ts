@@ -67,12 +67,16 @@ if (redis) {
   };
 
   t.test('a service start on the layout 3 keyspace fails naming tokenproxy migrate, and changes nothing', async (t) => {
-    const { handle } = await loaded();
+    const { handle, config } = await loaded();
     const client = raw(t);
     const before = (await client.keys(`${handle.prefix}*`)).sort();
     const err = await start(t, handle).then(() => null, (e: unknown) => e);
     t.ok(err instanceof StoreFormatError, 'StoreFormatError');
     t.match((err as Error).message, /holds format 3, this version reads format 4: run `tokenproxy migrate`/);
+    // The service as an operator starts it: it exits, saying what to run.
+    const started = await cli(['--config', config]);
+    t.not(started.code, 0, `the service exits (${started.code})`);
+    t.match(started.out, /holds format 3, this version reads format 4: run `tokenproxy migrate`/, 'its output names the command');
     t.same((await client.keys(`${handle.prefix}*`)).sort(), before, 'no key added or removed');
     t.equal(await client.hget(`${handle.prefix}meta`, 'version'), '3');
   });
