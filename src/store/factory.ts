@@ -79,7 +79,7 @@ export async function createStore(cfg: StoreConfig, opts: CreateStoreOptions = {
       return RedisStore.connect({
         url: cfg.url, cluster: cfg.cluster, sentinel: cfg.sentinel, username: cfg.username, password: cfg.password, tls: cfg.tls,
         keyPrefix: cfg.key_prefix, waitReplicas: cfg.wait_replicas, waitTimeoutMs: cfg.wait_timeout_ms,
-        log: opts.log, commandTimeoutMs: opts.commandTimeoutMs,
+        log: opts.log, commandTimeoutMs: opts.commandTimeoutMs, forMigration: opts.forMigration,
       });
     case 'postgres':
       // The config loader requires url for postgres and puts TOKENPROXY_STORE_PASSWORD into password.

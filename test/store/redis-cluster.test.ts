@@ -5,12 +5,13 @@
  */
 import t from 'tap';
 import type { Test } from 'tap';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { clusterForFile } from '../helpers/redis-topology.js';
 import { runContract, makeRecord } from './contract.js';
 import { RedisStore } from '../../src/store/redis/index.js';
 import { createStore } from '../../src/store/factory.js';
-import { StoreUnavailableError, type StoredToken } from '../../src/store/types.js';
+import { StoreFormatError, StoreUnavailableError, type StoredToken } from '../../src/store/types.js';
+import { loadRedisFixture, redisFixtureExpected } from '../helpers/redis-fixture.js';
 
 const cluster = await clusterForFile(t);
 if (cluster) {
@@ -75,6 +76,28 @@ if (cluster) {
     const r = makeRecord();
     await store.tokens.insertMany([r]);
     t.same(await store.tokens.get(r.tenant_id, r.id), r);
+  });
+
+  // issue 24: tokenproxy migrate walks every master of a Cluster (migrate-v4.ts keeps a SCAN cursor per node).
+  t.test('the layout 3 fixture on a Cluster: refused by a service start, converted by the migrator, every token there', async (t) => {
+    const prefix = `${cluster.prefix}fixture:`;
+    const client = new Cluster(cluster.nodes.map((u) => { const x = new URL(u); return { host: x.hostname, port: Number(x.port) }; }));
+    t.teardown(() => client.disconnect());
+    await loadRedisFixture(client, prefix);
+    const refused = await RedisStore.connect({ cluster: { nodes: cluster.nodes }, keyPrefix: prefix }).then(() => null, (e: unknown) => e);
+    t.ok(refused instanceof StoreFormatError, 'StoreFormatError');
+    const migrating = await RedisStore.connect({ cluster: { nodes: cluster.nodes }, keyPrefix: prefix, forMigration: true });
+    t.teardown(() => migrating.close());
+    const m = migrating.migrator();
+    t.same(await m.status(), { from: 3, to: 4, pending: 23, total: 23 });
+    let steps = 0;
+    while (!(await m.step(4)).done) if (++steps > 100) throw new Error('the migration does not end');
+    t.same(await m.status(), { from: 4, to: 4, pending: 0, total: 23 }, `converted in ${steps + 1} steps`);
+    const store = await open(t, prefix);
+    const expected = redisFixtureExpected().tokens;
+    const got = await Promise.all(expected.map((e) => store.tokens.get(e.tenant, e.id)));
+    t.same(got.map((r) => r !== null), expected.map((e) => !e.expired), 'every live token is there, the expired one reads as missing');
+    t.same(got.filter((r) => r !== null).map((r) => [r.id, r.container, r.metadata]), expected.filter((e) => !e.expired).map((e) => [e.id, e.containers[0], e.metadata]));
   });
 
   // Last: it moves a slot between the masters.

@@ -1,8 +1,10 @@
 /**
- * Layout 2 → 3 on connect, on a real redis-server: a store written with layout 2's key names (raw
+ * Layout 2 → 3 → 4, on a real redis-server: a store written with layout 2's key names (raw
  * commands, as a version 2 instance wrote them: `P t:T:…`, one `P cvc:due`, `P dk`, `P dk:order`)
- * is read back whole through the layout 3 store (records, cvc, every index, data keys, audit chain,
- * idempotency entries, the cvc purge), and no key of the old names is left.
+ * is refused by a service start (StoreFormatError naming `tokenproxy migrate`), brought to layout 3
+ * when opened for the migration, converted to layout 4 by its migrator, and read back whole
+ * (records, cvc, every index, data keys, audit chain, idempotency entries, the cvc purge); no key
+ * of the old names is left.
  */
 import t from 'tap';
 import { Redis } from 'ioredis';
@@ -11,6 +13,8 @@ import { makeRecord, TENANT_A, TENANT_B } from './contract.js';
 import { auditInput, SIGN } from './audit-contract.js';
 import { checkStoredChain } from '../../src/audit/trail.js';
 import { RedisStore } from '../../src/store/redis/index.js';
+import { packId } from '../../src/store/redis/record.js';
+import { StoreFormatError } from '../../src/store/types.js';
 import { encodeRecord } from '../../src/store/codec.js';
 import { chain, encodeEvent } from '../../src/store/audit.js';
 import type { StoredToken } from '../../src/store/types.js';
@@ -62,14 +66,22 @@ if (redis) {
     await client.pexpire(v2(TENANT_A, 'idem', 'slot-1'), 10 * hour);
     await client.hset(`${prefix}meta`, 'version', '2');
 
+    const refused = await RedisStore.connect({ url: redis.url, keyPrefix: prefix }).then(() => null, (e: unknown) => e);
+    t.ok(refused instanceof StoreFormatError, 'a service start is refused');
+    t.match((refused as Error).message, /holds format 2, this version reads format 4: run `tokenproxy migrate`/);
+    const migrating = await RedisStore.connect({ url: redis.url, keyPrefix: prefix, forMigration: true });
+    t.teardown(() => migrating.close());
+    t.equal(await client.hget(`${prefix}meta`, 'version'), '3', 'layout 3 recorded');
+    const m = migrating.migrator();
+    for (let i = 0; i < 10 && !(await m.step(2)).done; i++);
+    t.equal(await client.hget(`${prefix}meta`, 'version'), '4', 'layout 4 recorded');
     const store = await RedisStore.connect({ url: redis.url, keyPrefix: prefix });
     t.teardown(() => store.close());
-    t.equal(await client.hget(`${prefix}meta`, 'version'), '3', 'layout 3 recorded');
     const left: string[] = [];
     let cursor = '0';
     do {
       const [next, page] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-      left.push(...page.filter((k) => !k.startsWith(`${prefix}t:{`) && ![`${prefix}meta`, `${prefix}tenants`, `${prefix}{dk}`, `${prefix}{dk}:order`].includes(k)));
+      left.push(...page.filter((k) => (!k.startsWith(`${prefix}t:{`) || /:(rec|cvc|all|cvcdue):?/.test(k)) && ![`${prefix}meta`, `${prefix}tenants`, `${prefix}{dk}`, `${prefix}{dk}:order`].includes(k)));
       cursor = next;
     } while (cursor !== '0');
     t.same(left, [], 'no key of the old names is left');
@@ -95,9 +107,9 @@ if (redis) {
     t.same(await checkStoredChain(store.audit, TENANT_A, { sign: SIGN, allowUnanchored: true }), { ok: true, events: 2, unanchored: true }, 'audit chain verifies, flagged unanchored');
     t.same(await store.idempotency.claimIdempotencyKey({ tenant_id: TENANT_A, key: 'slot-1' }, 'owner-2', 'x', 60_000), { state: 'done', sealed: 'sealed-answer' }, 'idempotency entry');
     t.ok((await client.pttl(v3(TENANT_A, 'idem', 'slot-1'))) > 9 * hour, 'its expiry moved with it');
-    t.ok(Math.abs((await client.pexpiretime(v3(TENANT_A, 'cvc', a.id))) - cvcAt) < 2000, 'the cvc keeps its deadline');
+    t.equal(Number(await client.zscore(`${v3(TENANT_A, 'd')}:0`, packId(a.id))), cvcAt, 'the cvc keeps its deadline (sequence number 1: due bucket 0)');
     t.equal(await store.tokens.purgeCvc(new Date(cvcAt + 1)), 1, 'the cvc due entry moved to its tenant: the purge finds it');
     t.equal((await store.tokens.get(TENANT_A, a.id))?.cvc_sealed, null, 'purged');
-    t.equal(await store.migrate(), 0, 'a second migration has nothing to do');
+    t.same(await m.step(100), { converted: 0, done: true }, 'a second migration has nothing to do');
   });
 }

@@ -12,6 +12,7 @@ import { cvcPattern, randomCard, randomCvc } from '../helpers/secrets.js';
 import { runContract, makeRecord, TENANT_A } from './contract.js';
 import { RedisStore } from '../../src/store/redis/index.js';
 import { encodeRecord } from '../../src/store/codec.js';
+import { packId } from '../../src/store/redis/record.js';
 import { createStore } from '../../src/store/factory.js';
 import { KeyRing } from '../../src/crypto/keyring.js';
 import { StoreUnavailableError } from '../../src/store/types.js';
@@ -50,34 +51,43 @@ if (redis) {
     await store.tokens.insertMany([record]);
 
     const client = raw(t);
-    const keys: string[] = [];
+    const keys: Buffer[] = [];
     let cursor = '0';
     do {
-      const [next, batch] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+      const [next, batch] = await client.scanBuffer(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
       keys.push(...batch);
-      cursor = next;
+      cursor = next.toString();
     } while (cursor !== '0');
-    // Every key, value, hash field, zset member and list element as a separate string.
+    // Every key, value, hash field, zset member and list element as a separate string (latin1:
+    // layout 4's values are binary, and a plaintext digit string would show as itself).
     const dump: string[] = [];
+    const l1 = (b: Buffer) => b.toString('latin1');
     for (const key of keys) {
-      dump.push(key);
+      dump.push(l1(key));
       const type = await client.type(key);
-      if (type === 'string') dump.push((await client.get(key)) ?? '');
-      else if (type === 'hash') dump.push(...Object.entries(await client.hgetall(key)).flat());
-      else if (type === 'zset') dump.push(...(await client.zrange(key, '0', '-1', 'WITHSCORES')));
-      else if (type === 'list') dump.push(...(await client.lrange(key, 0, -1)));
-      else if (type === 'set') dump.push(...(await client.smembers(key)));
+      if (type === 'string') dump.push(l1((await client.getBuffer(key)) ?? Buffer.alloc(0)));
+      else if (type === 'hash') {
+        const flat = (await client.callBuffer('HGETALL', key)) as Buffer[];
+        dump.push(...flat.map(l1));
+      }
+      else if (type === 'zset') dump.push(...(await client.zrangeBuffer(key, '0', '-1', 'WITHSCORES')).map(l1));
+      else if (type === 'list') dump.push(...(await client.lrangeBuffer(key, 0, -1)).map(l1));
+      else if (type === 'set') dump.push(...(await client.smembersBuffer(key)).map(l1));
       else t.fail(`unexpected key type ${type}`);
     }
     const text = dump.join('\n');
-    t.ok(keys.length >= 8, `scanned ${keys.length} keys`);
-    t.ok(text.includes(record.id) && text.includes(record.sealed) && text.includes(cvcSealed), 'the scan sees the record');
+    const [, , iv, body] = record.sealed.split('.');
+    const [, , cvcIv, cvcBody] = cvcSealed.split('.');
+    t.ok(keys.length >= 6, `scanned ${keys.length} keys`);
+    t.ok(text.includes(l1(Buffer.from(iv!, 'base64url'))) && text.includes(l1(Buffer.from(body!, 'base64url'))), 'the scan sees the record\'s ciphertext (raw bytes)');
+    t.ok(text.includes(l1(Buffer.from(cvcIv!, 'base64url'))) && text.includes(l1(Buffer.from(cvcBody!, 'base64url'))), 'and the cvc\'s');
     t.notOk(text.includes(number), 'no card number');
     t.notOk(text.includes('"number"'), 'no card field names');
     t.notOk(dump.includes(cvc), 'no value, field or member is the cvc');
     t.notOk(cvcPattern(cvc).test(text), 'no cvc next to its field name (JSON, form or text)');
-    const pttl = await client.pttl(`${prefix}t:{${TENANT_A}}:cvc:${encodeURIComponent(record.id)}`);
-    t.ok(pttl > 3_500_000 && pttl <= 3_600_000, 'the cvc key expires at cvc_expires_at by itself');
+    // The first token of the tenant: sequence number 1, due bucket 0 (layout 4, index.ts).
+    const due = await client.zscore(`${prefix}t:{${TENANT_A}}:d:0`, packId(record.id));
+    t.equal(Number(due), Date.parse(record.cvc_expires_at), 'the cvc is due for the purge at cvc_expires_at');
   });
 
   t.test('two instances opening and rotating the key ring at once converge', async (t) => {
@@ -112,18 +122,40 @@ if (redis) {
       for (const z of zsets) await client.zadd(z, i + 1, r.id);
     }
     await client.set(tk('seq'), '2');
+    const migrating = await RedisStore.connect({ url: redis.url, keyPrefix: prefix, forMigration: true });
+    t.teardown(() => migrating.close());
+    t.equal(await client.hget(`${prefix}meta`, 'version'), '3', 'layout version 3 recorded on connect for the migration');
+    t.equal(await client.exists(tk('rec', old[0]!.id), tk('all'), tk('seq')), 0, 'no key of the layout 1 names is left');
+    const zsets = JSON.parse((await client.hget(tk3('rec', old[0]!.id), 'k'))!) as string[];
+    t.ok(zsets.includes(tk3('ct', '/general/high/')) && zsets.includes(tk3('dd', 'token', '/general/high/', 'fp-old')), 'its layout 3 zset list was rewritten');
+    const m = migrating.migrator();
+    t.same(await m.status(), { from: 3, to: 4, pending: 2, total: 2 });
+    for (let i = 0; i < 10 && !(await m.step(100)).done; i++);
+    t.same(await m.status(), { from: 4, to: 4, pending: 0, total: 2 }, 'layout 4');
     const store = await open(t, prefix);
-    t.equal(await client.hget(`${prefix}meta`, 'version'), '3', 'layout version 3 recorded');
     t.same((await store.tokens.list(TENANT_A, { scope: [{ prefix: '/general/', allow: true }] }, { size: 10, after: null })).items.map((r) => r.id), [old[0]!.id], 'a scoped list finds the old token');
     t.same((await store.tokens.list(TENANT_A, { container: '/pci/' }, { size: 10, after: null })).items.map((r) => r.id), [old[1]!.id]);
     const [hit] = await store.tokens.insertMany([makeRecord({ fingerprint: 'fp-old' })], { dedupe: [true] });
     t.equal(hit?.id, old[0]!.id, 'deduplication matches the old token of its container');
-    const zsets = JSON.parse((await client.hget(tk3('rec', old[0]!.id), 'k'))!) as string[];
-    t.ok(zsets.includes(tk3('ct', '/general/high/')) && zsets.includes(tk3('dd', 'token', '/general/high/', 'fp-old')), 'its zset list was rewritten');
-    t.equal(await client.exists(tk('rec', old[0]!.id), tk('all'), tk('seq')), 0, 'no key of the old names is left');
-    t.equal(await store.migrate(), 0, 'a second migration has nothing to do');
-    await client.hdel(`${prefix}meta`, 'version');
-    t.equal(await store.migrate(), 0, 'and is idempotent even when forced');
+    t.same((await store.tokens.list(TENANT_A, { metadata: { rec: 'x' } }, { size: 10, after: null })).items.map((r) => r.id), [old[1]!.id], 'metadata search');
+    t.same(await m.step(100), { converted: 0, done: true }, 'a second migration has nothing to do');
+  });
+
+  // Layout 4 keys the fingerprint hash by the fingerprint's first 8 bytes (record.ts fingerprintField):
+  // fingerprints sharing them share a field, and every reader compares the whole one.
+  t.test('fingerprints that share the fingerprint hash field stay apart', async (t) => {
+    const store = await open(t);
+    const a = makeRecord({ fingerprint: 'shared-prefix-a' });
+    const b = makeRecord({ fingerprint: 'shared-prefix-b' });
+    await store.tokens.insertMany([a]);
+    t.same(await store.tokens.insertMany([b], { dedupe: [true] }), [null], 'b does not deduplicate to a');
+    const [again] = await store.tokens.insertMany([makeRecord({ fingerprint: 'shared-prefix-b' })], { dedupe: [true] });
+    t.equal(again?.id, b.id, 'a third deduplicates to b');
+    const ids = async (fingerprint: string) => (await store.tokens.list(TENANT_A, { fingerprint }, { size: 10, after: null })).items.map((r) => r.id);
+    t.same(await ids('shared-prefix-a'), [a.id]);
+    t.same(await ids('shared-prefix-b'), [b.id]);
+    t.ok(await store.tokens.delete(TENANT_A, a.id));
+    t.same(await ids('shared-prefix-b'), [b.id], 'deleting a leaves b under the field');
   });
 
   t.test('a scoped list reads only the records of the containers it may show', async (t) => {
@@ -134,10 +166,17 @@ if (redis) {
     const mine = Array.from({ length: 5 }, () => makeRecord({ container: '/mine/' }));
     await store.tokens.insertMany(mine);
     await store.tokens.insertMany(Array.from({ length: 100 }, () => makeRecord({ container: '/other/' })));
-    const hmgets = async () => Number(/cmdstat_hmget:calls=(\d+)/.exec(await client.info('commandstats'))?.[1] ?? 0);
-    const before = await hmgets();
+    // Records read: the fields of every HMGET on the records hash, as MONITOR sees them.
+    const monitor = await client.monitor();
+    t.teardown(() => monitor.disconnect());
+    let reads = 0;
+    monitor.on('monitor', (_time: string, args: string[]) => {
+      if (args[0]?.toLowerCase() === 'hmget') reads += args.length - 2;
+    });
     const page = await store.tokens.list(TENANT_A, { scope: [{ prefix: '/mine/', allow: true }] }, { size: 20, after: null });
-    const reads = (await hmgets()) - before;
+    await store.ping();
+    await waitFor(() => reads > 0 || undefined, { what: 'MONITOR saw the reads' });
+    await client.ping();
     t.same(page.items.map((r) => r.id), mine.map((r) => r.id).reverse(), 'the whole page');
     t.ok(reads <= mine.length, `${reads} record reads for ${mine.length} records among ${others.length + 105}`);
   });

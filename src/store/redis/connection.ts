@@ -133,6 +133,11 @@ export class RedisConnection {
     return `${this.prefix}t:{${enc(tenantId)}}:${parts.map(enc).join(':')}`;
   }
 
+  /** A key of the tenant ending in raw bytes (layout 4's digest-named index zsets). */
+  tb(tenantId: string, part: string, tail: Buffer): Buffer {
+    return Buffer.concat([Buffer.from(`${this.t(tenantId, part)}:`, 'utf8'), tail]);
+  }
+
   /** The data keys' hash and order list, in one slot of their own. */
   dk(part?: string): string {
     return `${this.prefix}{dk}${part === undefined ? '' : `:${part}`}`;
@@ -176,17 +181,28 @@ export class RedisConnection {
    * `write` with waitReplicas > 0: the script and `WAIT n timeout` go in one pipeline, so the WAIT
    * runs on the connection (the node) that ran the script, right after it.
    */
-  async eval(script: string, keys: string[], args: string[], write = false): Promise<unknown> {
+  async eval(script: string, keys: Array<string | Buffer>, args: Array<string | Buffer>, write = false): Promise<unknown> {
+    return this.#eval(script, keys, args, write, false);
+  }
+
+  /** eval, with the reply's strings as Buffers (layout 4's binary records and ids). */
+  async evalBuffer(script: string, keys: Array<string | Buffer>, args: Array<string | Buffer>, write = false): Promise<unknown> {
+    return this.#eval(script, keys, args, write, true);
+  }
+
+  async #eval(script: string, keys: Array<string | Buffer>, args: Array<string | Buffer>, write: boolean, buffers: boolean): Promise<unknown> {
     let sha = this.#scripts.get(script);
     if (!sha) this.#scripts.set(script, (sha = createHash('sha1').update(script).digest('hex')));
     const evalsha = sha;
     const wait = write && this.#waitReplicas > 0;
     const run = async (cached: boolean): Promise<unknown> => {
       if (!wait) {
+        if (buffers) return this.client.callBuffer(cached ? 'EVALSHA' : 'EVAL', cached ? evalsha : script, keys.length, ...keys, ...args);
         return cached ? this.client.evalsha(evalsha, keys.length, ...keys, ...args) : this.client.eval(script, keys.length, ...keys, ...args);
       }
       const p = this.client.pipeline();
-      if (cached) p.evalsha(evalsha, keys.length, ...keys, ...args);
+      if (buffers) p.callBuffer(cached ? 'EVALSHA' : 'EVAL', cached ? evalsha : script, keys.length, ...keys, ...args);
+      else if (cached) p.evalsha(evalsha, keys.length, ...keys, ...args);
       else p.eval(script, keys.length, ...keys, ...args);
       p.wait(this.#waitReplicas, this.#waitTimeoutMs);
       const results = await p.exec();

@@ -11,16 +11,24 @@
  * connection, and fewer acknowledgements answer StoreUnavailableError (503 store_unavailable;
  * the write did happen on the primary and may or may not survive a failover).
  *
- * Layout 3 (P = key_prefix, T = tenant id; every component URI-encoded, so ':' '{' '}' never
- * appear inside one). Every key of one tenant carries `{T}` as its Redis Cluster hash tag, so
- * each script touches one slot, tenants spread over the shards, and one tenant lives on one shard:
- *   P t:{T}:rec:<id>     hash {r: record JSON without cvc, k: JSON list of its index zsets, s: seq, e: expires ms}
- *   P t:{T}:cvc:<id>     the cvc ciphertext, PEXPIREAT cvc_expires_at (Redis drops it by itself)
- *   P t:{T}:cvcdue       zset cvc key → cvc expiry ms (purgeCvc)
+ * Layout 4 (issue 24 item 2; P = key_prefix, T = tenant id; every text component URI-encoded, so
+ * ':' '{' '}' never appear inside one). Every key of one tenant carries `{T}` as its Redis Cluster
+ * hash tag, so each script touches one slot, tenants spread over the shards, and one tenant lives
+ * on one shard (a batch stays all or nothing). Ids, digests and ciphertext are raw bytes (record.ts):
+ * an id is its 16 bytes when it is a lowercase UUID, a fingerprint or search hash its 32 bytes.
+ *   P t:{T}:r            hash id → the binary record (record.ts), the cvc at its end
+ *   P t:{T}:o:<container>     zset bucket → bucket: the container's non-empty order buckets
+ *   P t:{T}:o:<container>:<b> zset id → seq for seq div 128 = b (a listpack): the container's
+ *                        tokens, newest-first pages; an unfiltered list merges the containers'
+ *                        (there is no zset of all tokens)
+ *   P t:{T}:m:<key>:<value>   zset id → seq: tokens with that metadata pair
+ *   P t:{T}:x:<hash bytes>    zset id → seq: tokens with that search index hash
+ *   P t:{T}:f            hash fingerprint (its first 8 bytes) → the ids with it (each a u16 length and
+ *                        the id; the records hold the whole fingerprint, compared by every reader), what
+ *                        deduplication and fingerprint search read (one field, not a key, each)
+ *   P t:{T}:d, P t:{T}:d:<b>  the cvc purge times the same way: bucket b's zset id → ms, the
+ *                        directory bucket → its earliest (purgeCvc cuts the cvc off the record)
  *   P t:{T}:seq          per-tenant sequence (INCR); zset scores, newest-first cursors
- *   P t:{T}:all | type:<type> | fp:<fingerprint> | md:<key>:<value> | ix:<hash>   zsets id → seq
- *   P t:{T}:ct:<container>                        zset id → seq: the tokens of one container
- *   P t:{T}:dd:<type>:<container>:<fingerprint>   zset id → seq: what a deduplicating insert matches
  *   P t:{T}:containers   set of the tenant's containers (a container is never removed from it)
  *   P t:{T}:idem:<key>   hash {s, o, v}: an idempotency entry, expiring by itself (idempotency-scripts.ts)
  *   P t:{T}:audit        list of the tenant's audit events (JSON), oldest first (store/audit.ts)
@@ -28,33 +36,33 @@
  *                        (crypto/audit-anchor.ts; "<seq> <hash>" when written before anchoring, issue 23)
  *   P tenants            set of tenant ids with a cvc to purge (purgeCvc walks it; plain SADD, no script)
  *   P {dk}, P {dk}:order data keys: hash kid → JSON, list of kids oldest first (one slot of their own)
- *   P meta               hash {version}: the layout version (3), migrated on connect
+ *   P meta               hash {version}: the layout version (4)
+ * A type filter is checked on the records (types are few; a zset per type cost ~100 bytes a token).
  * On a Cluster the prefix must not contain '{' or '}' (the config refuses it): Redis hashes the
- * first {…} of a key, which must be the tenant's. Writes are Lua scripts, so a batch and its index
- * entries appear atomically and search serves them at once. A script's KEYS[1] is always a key
- * of the tenant (it routes the script to the tenant's shard); the keys it computes (the insert
- * script derives record keys of the ids in a dd zset) share that hash tag. One insert batch holds
- * records of one tenant.
+ * first {…} of a key, which must be the tenant's. Writes are Lua scripts (scripts.ts), so a batch
+ * and its index entries appear atomically and search serves them at once. A script's KEYS[1] is
+ * always a key of the tenant (it routes the script to the tenant's shard), and every key it writes
+ * is declared. One insert batch holds records of one tenant.
  *
- * Deduplication is a compare-and-set inside the insert script: it looks for the oldest live member
- * of the record's dd zset and returns it instead of writing, in the same atomic step as the write,
- * so N concurrent identical inserts leave one token.
+ * Deduplication is a compare-and-set inside the insert script: among the ids of the record's
+ * fingerprint it takes the oldest live token of the same type and container (the record header's
+ * bytes, compared as they are) and returns it instead of writing, in the same atomic step as the
+ * write, so N concurrent identical inserts leave one token.
  *
- * Migration on connect (`migrate`), from layout 1 (no ct/dd zsets, no containers set) or 2 (keys
- * `P t:T:…` without the hash tag, one `P cvc:due` zset, `P dk`, `P dk:order`): every key is copied
- * to its layout 3 name (DUMP/RESTORE with its TTL, then the old one deleted; a key already there is
- * kept), the cvc due entries are split per tenant, and every record gets the zsets it lacks and a
- * zset list naming the new keys, each a check-and-set against the record it was computed from.
- * Idempotent: an interrupted migration resumes on the next connect. Upgrade every instance sharing
- * a prefix together: an older instance still writing would write the old names.
+ * Formats: a service starts on layout 4 only. Connect on an older layout throws StoreFormatError
+ * naming `tokenproxy migrate`, unless the store is opened for it (`forMigration`): then layouts 1
+ * and 2 are first brought to layout 3 (migrate.ts: key names and index zsets, quick), and
+ * migrator() converts layout 3 to 4 a batch at a time, resumably (migrate-v4.ts). Stop every
+ * instance sharing the prefix before migrating: an older instance still writing would write layout 3.
  */
-import type { Store } from '../types.js';
-import { StoreUnavailableError } from '../types.js';
+import type { FormatMigrator, Store } from '../types.js';
+import { StoreFormatError, StoreUnavailableError } from '../types.js';
 import { RedisAudit } from './audit.js';
 import { RedisConnection, sanitize, type RedisStoreOptions } from './connection.js';
 import { RedisDataKeys } from './data-keys.js';
 import { RedisIdempotency } from './idempotency.js';
-import { LAYOUT_VERSION, migrate } from './migrate.js';
+import { migrate } from './migrate.js';
+import { LAYOUT_VERSION, RedisMigratorV4 } from './migrate-v4.js';
 import { RedisTokens } from './tokens.js';
 
 export type { RedisStoreOptions } from './connection.js';
@@ -76,27 +84,39 @@ export class RedisStore implements Store {
     this.idempotency = new RedisIdempotency(connection);
   }
 
-  /** Connects (failing fast with StoreUnavailableError when Redis does not answer) and migrates the layout. */
-  static async connect(opts: RedisStoreOptions): Promise<RedisStore> {
+  /**
+   * Connects (failing fast with StoreUnavailableError when Redis does not answer) and checks the
+   * layout: a fresh prefix gets layout 4; an older layout is StoreFormatError unless
+   * `forMigration` (then layouts 1 and 2 become 3 here, and migrator() does the rest).
+   */
+  static async connect(opts: RedisStoreOptions & { forMigration?: boolean }): Promise<RedisStore> {
     const connection = await RedisConnection.open(opts);
     const client = connection.client;
     const store = new RedisStore(connection);
     try {
-      const migrated = await store.migrate();
-      if (migrated > 0) opts.log?.info({ changes: migrated }, `redis token store migrated to layout ${LAYOUT_VERSION}`);
+      const found = await layoutOf(connection);
+      if (found > LAYOUT_VERSION) {
+        throw new StoreFormatError(found, LAYOUT_VERSION, 'it was written by a newer tokenproxy; run that version (or newer) on it');
+      }
+      if (found < LAYOUT_VERSION) {
+        if (!opts.forMigration) {
+          throw new StoreFormatError(found, LAYOUT_VERSION,
+            `run \`tokenproxy migrate\` with this configuration to convert the Redis keyspace under prefix ${JSON.stringify(connection.prefix)} (docs/storage.md, "Migrating a Redis store"), then start the service`);
+        }
+        const migrated = await migrate(connection);
+        if (migrated > 0) opts.log?.info({ changes: migrated }, 'redis token store brought to layout 3 (layout 4 next: tokenproxy migrate)');
+      }
     } catch (err) {
       client.disconnect();
-      throw err instanceof StoreUnavailableError ? err : new StoreUnavailableError('cannot migrate the Redis token store', { cause: sanitize(err) });
+      if (err instanceof StoreFormatError || err instanceof StoreUnavailableError) throw err;
+      throw new StoreUnavailableError('cannot check the Redis token store\'s layout', { cause: sanitize(err) });
     }
     return store;
   }
 
-  /**
-   * Brings keys written by layouts 1 and 2 to layout 3 (file header); returns how many keys and
-   * records changed. Idempotent; a no-op once `P meta` says version 3.
-   */
-  migrate(): Promise<number> {
-    return migrate(this.#c);
+  /** Layout 3 → 4, for `tokenproxy migrate` (migrate-v4.ts); a no-op once the store says 4. */
+  migrator(): FormatMigrator {
+    return new RedisMigratorV4(this.#c);
   }
 
   async ping(): Promise<void> {
@@ -106,4 +126,22 @@ export class RedisStore implements Store {
   close(): Promise<void> {
     return this.#c.close();
   }
+}
+
+/**
+ * The layout `P meta` records. None recorded: a prefix with no data keys, no tenants and no tenant keys is fresh
+ * (it gets layout 4: HSETNX, so instances starting together agree); else layout 1 (which predates it).
+ */
+async function layoutOf(c: RedisConnection): Promise<number> {
+  const meta = `${c.prefix}meta`;
+  const recorded = Number(await c.call(() => c.client.hget(meta, 'version')));
+  if (recorded > 0) return recorded;
+  const old = [`${c.prefix}dk`, c.dk(), c.tenantsKey()];
+  // One EXISTS a key: on a Cluster these live in different slots.
+  const used = await Promise.all(old.map((k) => c.call(() => c.client.exists(k))));
+  if (used.some((n) => n > 0)) return 1;
+  // Layout 1 wrote tenant keys before any of those existed (a store used without a key ring).
+  for await (const found of c.scan('t:*', () => true)) if (found.length > 0) return 1;
+  await c.call(() => c.client.hsetnx(meta, 'version', String(LAYOUT_VERSION)));
+  return Number(await c.call(() => c.client.hget(meta, 'version')));
 }

@@ -1,10 +1,12 @@
 /**
- * The Redis store's layout migration (index.ts "Migration on connect"), run by RedisStore.connect.
+ * The Redis store's migration from layouts 1 and 2 to layout 3 (index.ts "Migration"), run by
+ * RedisStore.connect when the store is opened for `tokenproxy migrate`; migrate-v4.ts then
+ * converts layout 3 to layout 4.
  */
 import { decodeRecord } from '../codec.js';
 import { StoreUnavailableError } from '../types.js';
 import type { RedisConnection } from './connection.js';
-import { recordPayload } from './tokens.js';
+import type { StoredToken } from '../types.js';
 
 /**
  * Migration to layout 3's index zsets, one record: KEYS[1] the record, KEYS[2] the containers
@@ -20,7 +22,17 @@ redis.call('HSET', KEYS[1], 'k', ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[3])
 return 1`;
 
-export const LAYOUT_VERSION = 3;
+/** The layout this file's migration brings layouts 1 and 2 to (migrate-v4.ts goes on from it). */
+export const LAYOUT_3 = 3;
+
+/** Layout 3's index zsets of a record (what its `k` field lists). */
+function layout3Zsets(c: RedisConnection, r: StoredToken): string {
+  const zsets = [c.t(r.tenant_id, 'all'), c.t(r.tenant_id, 'type', r.type), c.t(r.tenant_id, 'ct', r.container)];
+  if (r.fingerprint !== null) zsets.push(c.t(r.tenant_id, 'fp', r.fingerprint), c.t(r.tenant_id, 'dd', r.type, r.container, r.fingerprint));
+  for (const [k, v] of Object.entries(r.metadata)) zsets.push(c.t(r.tenant_id, 'md', k, v));
+  for (const h of new Set(r.index_hashes)) zsets.push(c.t(r.tenant_id, 'ix', h));
+  return JSON.stringify(zsets);
+}
 
 /**
  * Brings keys written by layouts 1 and 2 to layout 3 (file header); returns how many keys and
@@ -28,7 +40,7 @@ export const LAYOUT_VERSION = 3;
  */
 export async function migrate(c: RedisConnection): Promise<number> {
   const meta = `${c.prefix}meta`;
-  if (Number(await c.call(() => c.client.hget(meta, 'version'))) >= LAYOUT_VERSION) return 0;
+  if (Number(await c.call(() => c.client.hget(meta, 'version'))) >= LAYOUT_3) return 0;
   let changed = await moveToTenantSlots(c);
   // Only P t:{T}:rec:<id> (components are encoded: no ':' inside one), not an md zset named "rec".
   for await (const recs of c.scan('t:{*}:rec:*', (k) => k.split(':').length === 4 && k.split(':')[2] === 'rec')) {
@@ -38,13 +50,13 @@ export async function migrate(c: RedisConnection): Promise<number> {
       const v = raw[i]!;
       if (typeof v[0] !== 'string') continue;
       const record = decodeRecord(v[0], null);
-      const { k } = recordPayload(c, record);
+      const k = layout3Zsets(c, record);
       if (k === v[1]) continue;
       const keysOf = [recs[i]!, c.t(record.tenant_id, 'containers')];
       changed += Number(await c.eval(MIGRATE_RECORD, keysOf, [v[0], k, record.container]));
     }
   }
-  await c.call(() => c.client.hset(meta, 'version', String(LAYOUT_VERSION)));
+  await c.call(() => c.client.hset(meta, 'version', String(LAYOUT_3)));
   return changed;
 }
 
