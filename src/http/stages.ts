@@ -52,7 +52,7 @@ export interface CompiledUpgrade {
   run(ctx: RequestScope, socket: Duplex, head: Buffer): Promise<void>;
 }
 
-type Gate = (ctx: RequestScope) => Promise<void>;
+type Gate = RateLimitGate;
 type Input = (ctx: Context) => void;
 
 export function compileRoute(route: Route, o: StageOptions): CompiledRoute {
@@ -67,7 +67,7 @@ export function compileRoute(route: Route, o: StageOptions): CompiledRoute {
         route,
         run: async (ctx) => {
           authenticateProxy(o, ctx, true);
-          if (gate) await gate(ctx);
+          if (gate) addHeaders(ctx, await gate.check(ctx, route));
           if (input) input(ctx);
           await route.handle(ctx);
         },
@@ -76,7 +76,7 @@ export function compileRoute(route: Route, o: StageOptions): CompiledRoute {
       return {
         route,
         run: async (ctx) => {
-          if (gate) await gate(ctx);
+          if (gate) addHeaders(ctx, await gate.check(ctx, route));
           if (input) input(ctx);
           await route.handle(ctx);
         },
@@ -91,7 +91,7 @@ export function compileUpgrade(route: ProxyRoute & Required<Pick<ProxyRoute, 'up
     run: async (ctx, socket, head) => {
       // SVC-PROXY-URL is not considered: the outbound proxy takes no upgrades.
       authenticateProxy(o, ctx, false);
-      if (gate) await gate(ctx);
+      if (gate) addHeaders(ctx, await gate.check(ctx, route));
       route.upgrade(ctx, socket, head);
     },
   };
@@ -102,7 +102,7 @@ function apiRun(route: ApiRoute, o: StageOptions, gate: Gate | undefined, input:
   return async (ctx, origin) => {
     authenticateApi(o, ctx, route);
     if (origin !== undefined) checkOrigin(o, ctx, origin);
-    if (gate) await gate(ctx);
+    if (gate) addHeaders(ctx, await gate.check(ctx, route));
     if (input) input(ctx);
     if (route.check) route.check(ctx);
     if (idempotency) {
@@ -120,14 +120,17 @@ function apiRun(route: ApiRoute, o: StageOptions, gate: Gate | undefined, input:
 
 const NO_BODY: BodyReader = { read: () => Promise.resolve(Buffer.alloc(0)), parse: () => undefined };
 
-/** Counts the request on the rate limits (not health's routes, which no rule names). */
-function rateLimitStage(route: Route, o: StageOptions): Gate | undefined {
-  const limits = o.rateLimits;
-  if (!limits || route.group === 'health') return undefined;
-  return async (ctx) => {
-    const headers = await limits.check(ctx, route);
-    for (const name in headers) ctx.headers[name] = headers[name]!;
-  };
+/**
+ * Counts the request on the rate limits (not health's routes, which no rule names): the gate, or
+ * undefined when the route has none. The entries await its check in their own frame (no async
+ * wrapper a request) and add its headers with addHeaders.
+ */
+function rateLimitStage(route: Route, o: StageOptions): RateLimitGate | undefined {
+  return !o.rateLimits || route.group === 'health' ? undefined : o.rateLimits;
+}
+
+function addHeaders(ctx: RequestScope, headers: Record<string, string>): void {
+  for (const name in headers) ctx.headers[name] = headers[name]!;
 }
 
 /** Path parameters and the query, checked by the route's schemas (route-schema.ts). */
