@@ -119,7 +119,8 @@ export function parseJson(buf: Buffer, maxDepth: number, large: LargeBodyMode): 
   if (buf.length > LARGE_JSON_BYTES && large === 'walked') return LargeJsonBody.parse(buf, maxDepth, Date.now());
   if (buf.length > LARGE_JSON_BYTES && large === 'small') return parseElsewhere(buf, maxDepth);
   if (buf.length > LARGE_JSON_BYTES && large === 'args') return ReactorArgsJson.parse(buf, maxDepth);
-  if (jsonDepthExceeds(buf, maxDepth)) {
+  // A body of at most maxDepth bytes cannot open more than maxDepth levels: small bodies skip the scan (issue 25).
+  if (buf.length > maxDepth && jsonDepthExceeds(buf, maxDepth)) {
     throw new ServiceError('nesting_too_deep', { detail: `The body may be nested at most ${maxDepth} levels deep` });
   }
   const text = buf.toString('utf8');
