@@ -81,6 +81,7 @@ interface RouteBase {
   method: string;
   path: string;
   group: RouteGroup;
+  /** How the body stage reads the body (only `api` routes have a JSON body read for them). */
   body: BodyMode;
   /** Error bodies of this route are nested under this member (`{"proxy_error": problem}`). */
   wrapErrors?: 'proxy_error';
@@ -120,6 +121,7 @@ export interface ApiRoute extends RouteBase {
  */
 export interface ProxyRoute extends RouteBase {
   auth: 'proxy';
+  body: 'stream';
   handle(ctx: ProxyContext): Promise<void>;
   /** Upgrade requests (WebSocket) at this route: after the same stages, with the proxy key only. */
   upgrade?(ctx: InboundScope, socket: Duplex, head: Buffer): void;
@@ -128,6 +130,7 @@ export interface ProxyRoute extends RouteBase {
 /** Open: no key. */
 export interface OpenRoute extends RouteBase {
   auth: 'none';
+  body: 'none';
   handle(ctx: Context): Promise<void>;
 }
 

@@ -52,16 +52,14 @@ export interface CompiledUpgrade {
   run(ctx: RequestScope, socket: Duplex, head: Buffer): Promise<void>;
 }
 
-type Gate = RateLimitGate;
 type Input = (ctx: Context) => void;
 
 export function compileRoute(route: Route, o: StageOptions): CompiledRoute {
   const gate = rateLimitStage(route, o);
   const input = inputStage(route);
-  const body = bodyStage(route, o);
   switch (route.auth) {
     case 'api':
-      return { route, run: apiRun(route, o, gate, input, body) };
+      return { route, run: apiRun(route, o, gate, input, bodyStage(route, o)) };
     case 'proxy':
       return {
         route,
@@ -97,7 +95,7 @@ export function compileUpgrade(route: ProxyRoute & Required<Pick<ProxyRoute, 'up
   };
 }
 
-function apiRun(route: ApiRoute, o: StageOptions, gate: Gate | undefined, input: Input | undefined, body: BodyReader | undefined): CompiledRoute['run'] {
+function apiRun(route: ApiRoute, o: StageOptions, gate: RateLimitGate | undefined, input: Input | undefined, body: BodyReader | undefined): CompiledRoute['run'] {
   const idempotency = route.idempotent ? o.idempotency : undefined;
   return async (ctx, origin) => {
     authenticateApi(o, ctx, route);
@@ -152,7 +150,7 @@ const LARGE: Record<Exclude<BodyMode, 'none' | 'stream'>, LargeBodyMode> = { jso
  * `schemas.body.mediaTypes`, else JSON: 415 names them), limit (413), depth (400), JSON (400),
  * then the route's body schema.
  */
-function bodyStage(route: Route, o: StageOptions): BodyReader | undefined {
+function bodyStage(route: ApiRoute, o: StageOptions): BodyReader | undefined {
   if (route.body === 'none' || route.body === 'stream') return undefined;
   const large = LARGE[route.body];
   const schemas = route.schemas;
