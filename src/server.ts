@@ -152,10 +152,10 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       const outbound = new OutboundProxy({
         egress: model.egress, detokenizer, bodyLimit: server.bodyLimitBytes, maxDepth: server.maxDepth,
       });
-      const routes: Route[] = idempotency.wrap([
+      const routes: Route[] = [
         ...healthRoutes(store, () => draining), ...tokenRoutes(tokens), ...managementRoutes(), ...reactorRoutes(reactors.runtime, tokens, detokenizer), ...proxyRoutes(proxies, outbound),
         ...detokenizeRoutes(detokenizer, audit), ...metricsHttp.routes, ...elementsRoutes(model.keys, cors),
-      ]);
+      ];
       routes.push(...openApiRoutes(() => routes));
       const pipelineOptions: PipelineOptions = {
         routes,
@@ -166,13 +166,14 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
         clientIp: model.clientIp,
         cors,
         rateLimits,
+        idempotency,
         metrics,
         linger: { timeMs: server.lingerTimeMs, maxBytes: server.lingerMaxBytes },
       };
       return {
         model, proxies, outbound, routes, inFlight: 0, retired: false,
         handle: createPipeline(pipelineOptions),
-        upgrade: createUpgradeHandler(pipelineOptions, (ctx, socket, head) => proxies.upgrade(ctx, socket, head)),
+        upgrade: createUpgradeHandler(pipelineOptions),
       };
     };
     // The one reference request handling reads; a reload replaces it whole.

@@ -7,7 +7,7 @@ import { ExpressionScan } from '../detokenize/expressions.js';
 import { stringifyInTurns } from '../detokenize/serialize.js';
 import type { Detokenizer } from '../detokenize/service.js';
 import { ServiceError } from '../errors.js';
-import type { Context, Route } from '../http/context.js';
+import type { ApiContext, Route } from '../http/context.js';
 import { sendJson } from '../http/respond.js';
 import type { AuditEvent, AuditFilter } from '../store/audit.js';
 import type { AuditTrail } from '../audit/trail.js';
@@ -64,23 +64,23 @@ function logFilter(params: URLSearchParams): AuditFilter {
 }
 
 export function detokenizeRoutes(detokenizer: Detokenizer, audit: AuditTrail): Route[] {
-  const logs = async (ctx: Context) => {
+  const logs = async (ctx: ApiContext) => {
     const q = ctx.url.searchParams;
     const filter = logFilter(q);
     const size = pageSize(q.get('size') ?? undefined);
     // A cursor the store cannot read is 400 invalid_cursor, a failing store 503 (store/service-errors.ts).
-    const page = await audit.list(ctx.principal!.tenant.id, filter, { size, after: cursor(q.get('start')) });
+    const page = await audit.list(ctx.principal.tenant.id, filter, { size, after: cursor(q.get('start')) });
     sendJson(ctx.res, 200, { pagination: { page_size: size, next: page.next }, data: page.items.map(logView) }, ctx.headers);
   };
   return [
     {
       // A read of the tokens it names: the same rate-limit group as GET /tokens/{id}.
-      method: 'POST', path: '/detokenize', group: 'tokens.read', auth: 'api', permission: 'token:read',
+      method: 'POST', path: '/detokenize', group: 'tokens.read', auth: 'api', body: 'json', permission: 'token:read',
       handle: async (ctx) => {
-        const body = await ctx.readJson();
+        const body = ctx.body;
         // One scan, one budget; the render stops at the output bound and yields (issue 23).
         const scan = new ExpressionScan().json(body);
-        const resolved = await detokenizer.resolveForRead(ctx.principal!, scan, { requestId: ctx.requestId, log: ctx.log });
+        const resolved = await detokenizer.resolveForRead(ctx.principal, scan, { requestId: ctx.requestId, log: ctx.log });
         const rendering = await scan.render(resolved);
         const answer = rendering.json(body);
         if (rendering.renderedBytes < LARGE_ANSWER) {
@@ -107,6 +107,6 @@ export function detokenizeRoutes(detokenizer: Detokenizer, audit: AuditTrail): R
         res.end();
       },
     },
-    { method: 'GET', path: '/logs', group: 'management', auth: 'api', kinds: ['management'], permission: 'log:read', handle: logs },
+    { method: 'GET', path: '/logs', group: 'management', auth: 'api', body: 'none', kinds: ['management'], permission: 'log:read', handle: logs },
   ];
 }

@@ -25,9 +25,9 @@ const readyz = {
 
 export function healthRoutes(store: Pick<Store, 'kind' | 'ping'>, draining: () => boolean = () => false): Route[] {
   return [
-    { method: 'GET', path: '/healthz', group: 'health', auth: 'none', schemas: healthz, handle: async (ctx) => sendJson(ctx.res, 200, { status: 'ok' }, ctx.headers) },
+    { method: 'GET', path: '/healthz', group: 'health', auth: 'none', body: 'none', schemas: healthz, handle: async (ctx) => sendJson(ctx.res, 200, { status: 'ok' }, ctx.headers) },
     {
-      method: 'GET', path: '/readyz', group: 'health', auth: 'none', schemas: readyz,
+      method: 'GET', path: '/readyz', group: 'health', auth: 'none', body: 'none', schemas: readyz,
       handle: async (ctx) => {
         if (draining()) throw new ServiceError('shutting_down', { detail: 'The service is draining its requests before it stops' });
         try {

@@ -54,8 +54,9 @@ export function managementRoutes(): Route[] {
     path: `/${name}`,
     group: 'management',
     auth: 'api',
+    body: 'none',
     kinds: ['management'],
     schemas: schemasOf(name),
-    handle: async (ctx) => sendJson(ctx.res, 200, { data: views[name](ctx.principal!.tenant) }, ctx.headers),
+    handle: async (ctx) => sendJson(ctx.res, 200, { data: views[name](ctx.principal.tenant) }, ctx.headers),
   }));
 }

@@ -151,7 +151,7 @@ function operation(route: Route, method: string, set: SchemaSet): Json {
   for (const [name, h] of Object.entries(s?.requestHeaders ?? {})) {
     parameters.push({ name, in: 'header', required: h.required ?? false, description: h.description, schema: h.schema ? set.convert(h.schema, 'input') : { type: 'string' } });
   }
-  if (route.idempotent) {
+  if (route.auth === 'api' && route.idempotent) {
     parameters.push({
       name: 'SVC-IDEMPOTENCY-KEY', in: 'header', required: false,
       description: 'Makes a retry safe: the first successful answer is stored for 24 h and replayed (with SVC-IDEMPOTENT-REPLAYED: true) to the same request with the same key',
@@ -178,7 +178,7 @@ function operation(route: Route, method: string, set: SchemaSet): Json {
     responses[status] = { description: spec.description, headers: responseHeaders(route, Number(status), spec.headers, set), ...(content ? { content } : {}) };
   }
   const wrapped = route.wrapErrors === 'proxy_error';
-  if (route.idempotent) {
+  if (route.auth === 'api' && route.idempotent) {
     for (const [status, description] of [
       ['409', 'The same SVC-IDEMPOTENCY-KEY is still being served (idempotency_key_in_flight; Retry-After)'],
       ['422', 'The SVC-IDEMPOTENCY-KEY was used for another request (idempotency_key_reused)'],
@@ -260,7 +260,7 @@ export function openApiRoutes(routes: () => readonly Route[], info: OpenApiInfo 
   let doc: Json | undefined;
   return [
     {
-      method: 'GET', path: '/openapi.json', group: 'health', auth: 'none',
+      method: 'GET', path: '/openapi.json', group: 'health', auth: 'none', body: 'none',
       schemas: {
         summary: 'This document',
         tags: ['health'],

@@ -6,7 +6,7 @@
  * `{"proxy_error": {…problem…}}` so a caller can tell them from the destination's own answers.
  */
 import { ServiceError } from '../errors.js';
-import type { Route } from '../http/context.js';
+import { isInbound, type Route } from '../http/context.js';
 import type { OutboundProxy } from '../proxy/outbound.js';
 import type { InboundProxy } from '../proxy/inbound.js';
 import { ProxyError } from './schemas.js';
@@ -38,14 +38,17 @@ export function proxyRoutes(proxies: InboundProxy, outbound?: OutboundProxy): Ro
       path: '/proxy/*',
       group: 'proxy',
       auth: 'proxy',
+      // The proxy streams or buffers the body itself (proxy/inbound.ts, proxy/outbound.ts).
+      body: 'stream',
       wrapErrors: 'proxy_error',
       schemas: { summary: 'The inbound proxy (SVC-PROXY-KEY) and the outbound proxy (SVC-PROXY-URL)', tags: ['proxy'], description, responses },
       // A proxy key found a pre-configured proxy; without one, the pipeline took SVC-PROXY-URL.
       handle: (ctx) => {
-        if (ctx.proxyPrincipal) return proxies.handle(ctx);
+        if (isInbound(ctx)) return proxies.handle(ctx);
         if (!outbound) throw new ServiceError('route_not_found', { detail: 'The outbound proxy is not enabled in this service' });
         return outbound.handle(ctx);
       },
+      upgrade: (ctx, socket, head) => proxies.upgrade(ctx, socket, head),
     },
   ];
 }

@@ -4,7 +4,7 @@
  * goes through the same all-or-nothing tokenize as POST /tokenize, as the caller.
  */
 import { ServiceError } from '../errors.js';
-import type { Context, Route } from '../http/context.js';
+import type { ApiContext, Route } from '../http/context.js';
 import { ReactorArgsJson } from '../http/large-json.js';
 import { sendJson } from '../http/respond.js';
 import { countReactorTokenize } from '../rate-limit/stage.js';
@@ -54,12 +54,14 @@ function isObject(v: unknown): v is Record<string, unknown> {
  * caller needs token:use on every token named, and without reveal only the filters that tell
  * nothing of the value (issue 23); the reactor's answer is not scanned.
  */
-async function detokenizeArgs(detokenizer: Detokenizer, ctx: Context, args: unknown): Promise<{ args: unknown; used: boolean }> {
+async function detokenizeArgs(detokenizer: Detokenizer, ctx: ApiContext, args: unknown): Promise<{ args: unknown; used: boolean }> {
   const scan = new ExpressionScan().json(args);
   if (scan.ids.length === 0) return { args: scan.renderSync({ tokens: new Map(), detailed: true }).json(args), used: false };
-  const resolved = await detokenizer.resolveForUse(ctx.principal!, scan, { action: 'reactor.args', requestId: ctx.requestId });
+  const resolved = await detokenizer.resolveForUse(ctx.principal, scan, { action: 'reactor.args', requestId: ctx.requestId });
   return { args: (await scan.render(resolved)).json(args), used: true };
 }
+
+const noReactor = () => new ServiceError('not_found', { detail: 'No reactor with this id' });
 
 export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenService, detokenizer?: Detokenizer): Route[] {
   return [
@@ -68,14 +70,20 @@ export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenServi
       path: '/reactors/:id/react',
       group: 'reactor',
       auth: 'api',
+      body: 'json-args',
       permission: 'reactor:invoke',
       schemas: reactSchemas,
+      // Before the body is read: another tenant's reactor is as missing as an unknown one.
+      check: (ctx) => {
+        if (!runtime || !ctx.principal.tenant.reactors.some((r) => r.id === ctx.params.id)) throw noReactor();
+      },
       handle: async (ctx) => {
-        const p = ctx.principal!;
-        // Another tenant's reactor is as missing as an unknown one.
+        if (!runtime) throw noReactor();
+        const p = ctx.principal;
+        // Another tenant's reactor is as missing as an unknown one (the check stage said so already).
         const reactor = p.tenant.reactors.find((r) => r.id === ctx.params.id);
-        if (!runtime || !reactor) throw new ServiceError('not_found', { detail: 'No reactor with this id' });
-        const body = await ctx.readJson();
+        if (!reactor) throw noReactor();
+        const body = ctx.body;
         const key = reactor.key;
         let result: unknown;
         // A large body was checked and its args serialized in the JSON worker (src/http/large-json.ts).

@@ -5,7 +5,7 @@
  * the token definitions are checked in the vault (src/vault/definition.ts).
  */
 import { z } from 'zod';
-import type { Context, Route } from '../http/context.js';
+import type { ApiContext, ApiRoute, Route } from '../http/context.js';
 import { sendEmpty, sendJson } from '../http/respond.js';
 import { validationFailed, type InputPart, type RouteSchemas } from '../http/route-schema.js';
 import { ServiceError } from '../errors.js';
@@ -100,8 +100,6 @@ function listFilter(q: z.output<typeof ListQuery>): TokenFilter {
   return filter;
 }
 
-const isMergePatch = (t: string) => t === 'application/merge-patch+json';
-
 const page = { 200: { description: 'A page of tokens, each shown by the access rule of the key', body: TokenPage } };
 const record = (description: string) => ({ 200: { description, body: TokenRecord } });
 const definitionBody = {
@@ -163,44 +161,44 @@ const schemas = {
  * (src/vault/service.ts), before it is returned: no route decides whether something was a reveal.
  */
 export function tokenRoutes(tokens: TokenService): Route[] {
-  const list = async (ctx: Context) => {
+  const list = async (ctx: ApiContext) => {
     const q = ctx.query as z.output<typeof ListQuery>;
-    sendJson(ctx.res, 200, await tokens.list(ctx.principal!, { filter: listFilter(q), size: q.size, start: q.start }, ctx), ctx.headers);
+    sendJson(ctx.res, 200, await tokens.list(ctx.principal, { filter: listFilter(q), size: q.size, start: q.start }, ctx), ctx.headers);
   };
-  const searchGet = async (ctx: Context) => {
+  const searchGet = async (ctx: ApiContext) => {
     const q = ctx.query as z.output<typeof SearchQuery>;
-    sendJson(ctx.res, 200, await tokens.search(ctx.principal!, q.query ?? '', q.size, q.start, ctx), ctx.headers);
+    sendJson(ctx.res, 200, await tokens.search(ctx.principal, q.query ?? '', q.size, q.start, ctx), ctx.headers);
   };
-  const searchPost = async (ctx: Context) => {
-    const b = (await ctx.readJson()) as z.output<typeof SearchBody>;
-    sendJson(ctx.res, 200, await tokens.search(ctx.principal!, b.query ?? '', b.size, b.start, ctx), ctx.headers);
+  const searchPost = async (ctx: ApiContext) => {
+    const b = ctx.body as z.output<typeof SearchBody>;
+    sendJson(ctx.res, 200, await tokens.search(ctx.principal, b.query ?? '', b.size, b.start, ctx), ctx.headers);
   };
-  const api = { auth: 'api' } as const;
-  return [
-    { ...api, method: 'POST', path: '/tokenize', group: 'tokenize', permission: 'token:create', idempotent: true, schemas: schemas.tokenize,
-      handle: async (ctx) => sendJson(ctx.res, 200, await tokens.tokenize(ctx.principal!, await ctx.readJson()), ctx.headers) },
-    { ...api, method: 'POST', path: '/tokens', group: 'tokens.create', permission: 'token:create', idempotent: true, schemas: schemas.create,
-      handle: async (ctx) => sendJson(ctx.res, 201, await tokens.create(ctx.principal!, await ctx.readJson()), ctx.headers) },
+  const api = { auth: 'api', body: 'none' } as const;
+  const routes: ApiRoute[] = [
+    // Idempotent routes return their answer (http/idempotency.ts stores it before it is sent).
+    { ...api, method: 'POST', path: '/tokenize', group: 'tokenize', body: 'json-walked', permission: 'token:create', idempotent: true, schemas: schemas.tokenize,
+      handle: async (ctx) => ({ status: 200, json: await tokens.tokenize(ctx.principal, ctx.body) }) },
+    { ...api, method: 'POST', path: '/tokens', group: 'tokens.create', body: 'json-walked', permission: 'token:create', idempotent: true, schemas: schemas.create,
+      handle: async (ctx) => ({ status: 201, json: await tokens.create(ctx.principal, ctx.body) }) },
     { ...api, method: 'GET', path: '/tokens', group: 'tokens.list', permission: 'token:search', schemas: schemas.list, handle: list },
     { ...api, method: 'GET', path: '/v2/tokens', group: 'tokens.list', permission: 'token:search', schemas: schemas.list, handle: list },
     { ...api, method: 'GET', path: '/tokens/search', group: 'tokens.search.get', permission: 'token:search', schemas: schemas.searchGet, handle: searchGet },
     { ...api, method: 'GET', path: '/v2/tokens/search', group: 'tokens.search.get', permission: 'token:search', schemas: schemas.searchGet, handle: searchGet },
-    { ...api, method: 'POST', path: '/tokens/search', group: 'tokens.search.post', permission: 'token:search', schemas: schemas.searchPost, handle: searchPost },
-    { ...api, method: 'POST', path: '/v2/tokens/search', group: 'tokens.search.post', permission: 'token:search', schemas: schemas.searchPost, handle: searchPost },
+    { ...api, method: 'POST', path: '/tokens/search', group: 'tokens.search.post', body: 'json', permission: 'token:search', schemas: schemas.searchPost, handle: searchPost },
+    { ...api, method: 'POST', path: '/v2/tokens/search', group: 'tokens.search.post', body: 'json', permission: 'token:search', schemas: schemas.searchPost, handle: searchPost },
     { ...api, method: 'GET', path: '/tokens/:id', group: 'tokens.read', permission: 'token:read', schemas: schemas.read,
       handle: async (ctx) => {
-        sendJson(ctx.res, 200, await tokens.read(ctx.principal!, ctx.params.id!, ctx), ctx.headers);
+        sendJson(ctx.res, 200, await tokens.read(ctx.principal, ctx.params.id!, ctx), ctx.headers);
       } },
-    { ...api, method: 'PATCH', path: '/tokens/:id', group: 'tokens.update', permission: 'token:update', idempotent: true, schemas: schemas.update,
-      handle: async (ctx) => {
-        sendJson(ctx.res, 200, await tokens.update(ctx.principal!, ctx.params.id!, await ctx.readJson(isMergePatch), ctx), ctx.headers);
-      },
+    { ...api, method: 'PATCH', path: '/tokens/:id', group: 'tokens.update', body: 'json', permission: 'token:update', idempotent: true, schemas: schemas.update,
+      handle: async (ctx) => ({ status: 200, json: await tokens.update(ctx.principal, ctx.params.id!, ctx.body, ctx) }),
       // A replay shows the token again, audited as above; the stored answer holds no data (issue 23).
-      replayRecord: (ctx, id) => tokens.updatedView(ctx.principal!, id, ctx) },
+      replayRecord: (ctx, id) => tokens.updatedView(ctx.principal, id, ctx) },
     { ...api, method: 'DELETE', path: '/tokens/:id', group: 'tokens.delete', permission: 'token:delete', schemas: schemas.remove,
       handle: async (ctx) => {
-        await tokens.remove(ctx.principal!, ctx.params.id!);
+        await tokens.remove(ctx.principal, ctx.params.id!);
         sendEmpty(ctx.res, 204, ctx.headers);
       } },
   ];
+  return routes;
 }

@@ -1,6 +1,6 @@
 /**
  * Crypto failures. Messages name key ids and reasons, never key bytes, plaintext or ciphertext.
- * The vault maps them: UnknownKeyError/SealedValueError on read → internal_error (a record the
+ * The pipeline maps them (http/service-error.ts): UnknownKeyError/SealedValueError → internal_error (a record the
  * service wrote cannot be opened); MasterKeyMismatchError → refuse to start.
  */
 

@@ -94,12 +94,12 @@ const staticResponses = {
 
 export function elementsRoutes(keys: KeyIndex, cors: CorsPolicy): Route[] {
   const file = (name: string, summary: string): Route => ({
-    method: 'GET', path: `/elements/v1/${name}`, group: 'health', auth: 'none',
+    method: 'GET', path: `/elements/v1/${name}`, group: 'health', auth: 'none', body: 'none',
     schemas: { summary, tags: ['elements'], responses: name.endsWith('.css') ? { ...staticResponses, 200: { description: 'The file', contentType: 'text/css', body: z.string() } } : staticResponses },
     handle: async (ctx) => sendAsset(ctx, name),
   });
   const frame = (kind: 'card' | 'text'): Route => ({
-    method: 'GET', path: `/elements/v1/frame/${kind}`, group: 'health', auth: 'none',
+    method: 'GET', path: `/elements/v1/frame/${kind}`, group: 'health', auth: 'none', body: 'none',
     schemas: {
       summary: kind === 'card' ? 'The hosted card field (an iframe document)' : 'A hosted text field (an iframe document)',
       tags: ['elements'],

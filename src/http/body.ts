@@ -91,25 +91,36 @@ export const JSON_MEDIA_TYPES: readonly string[] = ['application/json', 'applica
 
 /**
  * Reads and parses a JSON body; `accept` tells the media types allowed and `acceptedTypes` names
- * them for the 415 (issue 29: the answer says what to send); `observe` gets the raw bytes once
- * read, before they are parsed.
+ * them for the 415 (issue 29: the answer says what to send). The two halves are the body stage's
+ * (http/stages.ts), which hands the raw bytes to the idempotency stage in between.
  */
 export async function readJson(
   req: IncomingMessage, limit: number, maxDepth: number, accept: (type: string) => boolean = isJsonType, large: LargeBodyMode = 'here',
-  observe?: (raw: Buffer) => Promise<void>, acceptedTypes: readonly string[] = JSON_MEDIA_TYPES,
+  acceptedTypes: readonly string[] = JSON_MEDIA_TYPES,
 ): Promise<unknown> {
+  return parseJson(await readJsonBytes(req, limit, accept, acceptedTypes), maxDepth, large);
+}
+
+/** The body's bytes, once its media type is one `accept` takes (415 otherwise, naming `acceptedTypes`). */
+export function readJsonBytes(
+  req: IncomingMessage, limit: number, accept: (type: string) => boolean = isJsonType, acceptedTypes: readonly string[] = JSON_MEDIA_TYPES,
+): Promise<Buffer> {
   const type = mediaType(req);
   if (!accept(type)) {
-    throw new ServiceError('unsupported_media_type', {
+    return Promise.reject(new ServiceError('unsupported_media_type', {
       detail: `Content-Type ${type || '(none)'} is not accepted here: send the body as ${acceptedTypes.join(' or ')}`,
-    });
+    }));
   }
-  const buf = await readBody(req, limit);
-  if (observe) await observe(buf);
+  return readBody(req, limit);
+}
+
+/** Parses JSON bytes: over LARGE_JSON_BYTES as `large` says, else here after the depth scan. */
+export function parseJson(buf: Buffer, maxDepth: number, large: LargeBodyMode): unknown {
   if (buf.length > LARGE_JSON_BYTES && large === 'walked') return LargeJsonBody.parse(buf, maxDepth, Date.now());
   if (buf.length > LARGE_JSON_BYTES && large === 'small') return parseElsewhere(buf, maxDepth);
   if (buf.length > LARGE_JSON_BYTES && large === 'args') return ReactorArgsJson.parse(buf, maxDepth);
-  if (jsonDepthExceeds(buf, maxDepth)) {
+  // A body of at most maxDepth bytes cannot open more than maxDepth levels: small bodies skip the scan (issue 25).
+  if (buf.length > maxDepth && jsonDepthExceeds(buf, maxDepth)) {
     throw new ServiceError('nesting_too_deep', { detail: `The body may be nested at most ${maxDepth} levels deep` });
   }
   const text = buf.toString('utf8');

@@ -13,7 +13,7 @@
  *      Retry-After) while it runs; once answered, the answer is REPLAYED (status, body, content
  *      type, plus `SVC-IDEMPOTENT-REPLAYED: true`, with this request's own trace id and rate-limit
  *      headers) and the route does not run. A different request → 422.
- *   4. The route runs, writing its answer into a capture (not the socket). A 2xx answer is sealed
+ *   4. The route runs and returns its answer (a JsonAnswer; it does not write it). A 2xx answer is sealed
  *      and stored for 24 h BEFORE it is sent, so a client that got it and retries gets the replay,
  *      and a client that went away (the timeout case) still finds it. Any other answer, or a
  *      thrown error, releases the claim first: a failed request stores nothing and a retry runs
@@ -31,12 +31,12 @@
  * key: they are never replayed (422; they expire within 24 h of the upgrade).
  */
 import { hash, randomUUID } from 'node:crypto';
-import type { ServerResponse } from 'node:http';
 import { ServiceError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { IdempotencyPort, IdempotencySlot } from '../store/idempotency.js';
 import { storeErrorName } from '../store/service-errors.js';
-import type { Context, Route } from './context.js';
+import type { ApiContext, ApiRoute, JsonAnswer } from './context.js';
+import { jsonBytes } from './respond.js';
 
 export const IDEMPOTENCY_HEADER = 'svc-idempotency-key';
 /** Set on a replayed answer. */
@@ -102,15 +102,37 @@ type Answered = Entry & Required<Pick<Entry, 'status' | 'type' | 'body'>>;
 /** What an entry may be once opened: this version's, or an earlier one ({h}, then {h, status, type, body}). */
 type OpenedEntry = Entry | { v?: undefined; h: string; status?: number; type?: string; body?: string };
 
-/** Thrown out of the route (through readJson) when a stored answer is replayed instead. */
-class Replay {
-  constructor(readonly entry: Answered) {}
-}
-
 interface Answer {
   status: number;
-  headers: Record<string, string | number | string[]>;
+  headers: Record<string, string | number>;
   body: Buffer;
+}
+
+/** A claimed slot: ours until the answer is stored or the claim released. */
+interface Claim {
+  slot: IdempotencySlot;
+  aad: string;
+  owner: string;
+  h: string;
+  k: string;
+}
+
+/**
+ * What the stage needs of the body stage (http/stages.ts): the raw bytes, hashed before they are
+ * parsed, then the parse.
+ */
+export interface BodyReader {
+  read(ctx: ApiContext): Promise<Buffer>;
+  parse(ctx: ApiContext, raw: Buffer): unknown;
+}
+
+/** The header's key: undefined without one; 400 invalid_idempotency_key for a malformed one. */
+export function idempotencyKeyOf(ctx: ApiContext): string | undefined {
+  const header = ctx.req.headers[IDEMPOTENCY_HEADER];
+  if (header === undefined) return undefined;
+  // Node joins repeated unknown headers with ", ": a repeated key fails the pattern.
+  if (typeof header !== 'string' || !KEY_PATTERN.test(header)) throw new ServiceError('invalid_idempotency_key', { detail: KEY_RULE });
+  return header;
 }
 
 export class Idempotency {
@@ -126,80 +148,67 @@ export class Idempotency {
     this.#purge.unref();
   }
 
-  /** The routes, those with `idempotent` wrapped by this stage. */
-  wrap(routes: Route[]): Route[] {
-    return routes.map((r) => (r.idempotent ? { ...r, handle: (ctx: Context) => this.#handle(ctx, r) } : r));
-  }
-
   close(): void {
     clearInterval(this.#purge);
   }
 
-  async #handle(ctx: Context, route: Route): Promise<void> {
-    const header = ctx.req.headers[IDEMPOTENCY_HEADER];
-    if (header === undefined) return route.handle(ctx);
-    // Node joins repeated unknown headers with ", ": a repeated key fails the pattern.
-    if (typeof header !== 'string' || !KEY_PATTERN.test(header)) throw new ServiceError('invalid_idempotency_key', { detail: KEY_RULE });
-    const principal = ctx.principal!;
-    const slot = slotOf(principal.tenant.id, principal.app.id, header);
-    const aad = sealAad(slot);
-    const res = ctx.res;
-    const k = principal.keyId;
-    let claim: { owner: string; h: string } | null = null;
-
-    const readJson = ctx.readJson.bind(ctx);
-    ctx.readJson = (accept) => readJson(accept, async (raw) => {
-      const h = requestHash(ctx.req.method ?? '', `${ctx.url.pathname}${ctx.url.search}`, raw);
-      const owner = randomUUID();
-      const found = await this.#o.store.claimIdempotencyKey(slot, owner, this.#seal({ v: ENTRY_VERSION, h, k }, aad), this.#o.inFlightTtlMs);
-      if (found.state === 'claimed') {
-        claim = { owner, h };
-        return;
-      }
-      const entry = await this.#open(found.sealed, aad);
-      // Another API key of the application: refused whatever its request was (issue 31).
-      if (entry.v === ENTRY_VERSION && entry.k !== k) {
-        throw new ServiceError('idempotency_key_reused', { detail: 'This SVC-IDEMPOTENCY-KEY was used by another API key of the application; use a new key' });
-      }
-      if (entry.h !== h) {
-        throw new ServiceError('idempotency_key_reused', { detail: 'This SVC-IDEMPOTENCY-KEY was used with another method, path or body; use a new key' });
-      }
-      if (found.state === 'in_flight' || entry.status === undefined) {
-        throw new ServiceError('idempotency_key_in_flight', { detail: 'A request with this SVC-IDEMPOTENCY-KEY has not finished; retry later', headers: { 'retry-after': '1' } });
-      }
-      // An earlier version's answer may hold plaintext and names no API key: never replayed.
-      if (entry.v !== ENTRY_VERSION) {
-        throw new ServiceError('idempotency_key_reused', { detail: 'This SVC-IDEMPOTENCY-KEY was answered by an earlier version of the service; use a new key' });
-      }
-      throw new Replay(entry as Answered);
-    });
-
-    const capture = captureResponse(res);
-    ctx.res = capture.res;
-    let answer: Answer | Replay;
+  /**
+   * The stage, for a request with a key (idempotencyKeyOf): the body is read, the slot claimed
+   * (or the stored answer replayed, and the route does not run), the body parsed, the route run,
+   * its answer stored (a 2xx) or the claim released, and the answer sent.
+   */
+  async answer(ctx: ApiContext, route: ApiRoute, key: string, body: BodyReader): Promise<void> {
+    const raw = await body.read(ctx);
+    const claimed = await this.#claim(ctx, key, raw);
+    if (!('owner' in claimed)) return replay(ctx, await rendered(ctx, route, claimed));
+    let answer: Answer;
     try {
-      await route.handle(ctx);
-      answer = await capture.answer;
+      ctx.body = body.parse(ctx, raw);
+      if (ctx.body instanceof Promise) ctx.body = await ctx.body;
+      answer = await bytesOf(ctx, await route.handle(ctx));
     } catch (err) {
-      if (!(err instanceof Replay)) {
-        if (claim) await this.#release(slot, claim);
-        throw err;
-      }
-      answer = err;
-    } finally {
-      ctx.res = res;
+      await this.#release(claimed);
+      throw err;
     }
-    if (answer instanceof Replay) return replay(res, ctx.headers, await rendered(ctx, route, answer.entry));
-    if (claim) await this.#settle(slot, claim, k, aad, answer, route);
-    if (answer.status === 0) res.destroy();
-    if (res.destroyed) return;
-    res.writeHead(answer.status, answer.headers);
-    res.end(answer.body);
+    await this.#settle(claimed, answer, route);
+    // A client that went away does not stop the answer from being stored; it is not sent.
+    if (ctx.res.destroyed) return;
+    ctx.res.writeHead(answer.status, answer.headers);
+    ctx.res.end(answer.body);
+  }
+
+  /** Claims the slot for this request, or returns the answer to replay; throws 409 / 422. */
+  async #claim(ctx: ApiContext, key: string, raw: Buffer): Promise<Claim | Answered> {
+    const principal = ctx.principal;
+    const slot = slotOf(principal.tenant.id, principal.app.id, key);
+    const aad = sealAad(slot);
+    const k = principal.keyId;
+    const h = requestHash(ctx.req.method ?? '', `${ctx.url.pathname}${ctx.url.search}`, raw);
+    const owner = randomUUID();
+    const found = await this.#o.store.claimIdempotencyKey(slot, owner, this.#seal({ v: ENTRY_VERSION, h, k }, aad), this.#o.inFlightTtlMs);
+    if (found.state === 'claimed') return { slot, aad, owner, h, k };
+    const entry = await this.#open(found.sealed, aad);
+    // Another API key of the application: refused whatever its request was (issue 31).
+    if (entry.v === ENTRY_VERSION && entry.k !== k) {
+      throw new ServiceError('idempotency_key_reused', { detail: 'This SVC-IDEMPOTENCY-KEY was used by another API key of the application; use a new key' });
+    }
+    if (entry.h !== h) {
+      throw new ServiceError('idempotency_key_reused', { detail: 'This SVC-IDEMPOTENCY-KEY was used with another method, path or body; use a new key' });
+    }
+    if (found.state === 'in_flight' || entry.status === undefined) {
+      throw new ServiceError('idempotency_key_in_flight', { detail: 'A request with this SVC-IDEMPOTENCY-KEY has not finished; retry later', headers: { 'retry-after': '1' } });
+    }
+    // An earlier version's answer may hold plaintext and names no API key: never replayed.
+    if (entry.v !== ENTRY_VERSION) {
+      throw new ServiceError('idempotency_key_reused', { detail: 'This SVC-IDEMPOTENCY-KEY was answered by an earlier version of the service; use a new key' });
+    }
+    return entry as Answered;
   }
 
   /** Stores a 2xx answer (then it is sent), or releases the claim of any other. */
-  async #settle(slot: IdempotencySlot, claim: { owner: string; h: string }, k: string, aad: string, a: Answer, route: Route): Promise<void> {
-    if (a.status < 200 || a.status > 299) return this.#release(slot, claim);
+  async #settle(claim: Claim, a: Answer, route: ApiRoute): Promise<void> {
+    const { slot, aad, k } = claim;
+    if (a.status < 200 || a.status > 299) return this.#release(claim);
     const type = a.headers['content-type'];
     const entry: Entry = { v: ENTRY_VERSION, h: claim.h, k, status: a.status, type: typeof type === 'string' ? type : 'application/json; charset=utf-8', body: a.body.toString('utf8') };
     if (route.replayRecord) {
@@ -207,7 +216,7 @@ export class Idempotency {
       // An answer that cannot be taken apart is not stored (its retry runs again): never stored whole.
       if (kept === null) {
         this.#o.log.warn('idempotent answer not stored: not a token record');
-        return this.#release(slot, claim);
+        return this.#release(claim);
       }
       entry.body = kept.body;
       entry.left = kept.left;
@@ -219,12 +228,12 @@ export class Idempotency {
       this.#o.log.warn({ error: storeErrorName(err) }, 'idempotent answer not stored');
     }
     // The work is done and its answer is sent either way; unstored, a retry would run again.
-    if (!stored) await this.#release(slot, claim);
+    if (!stored) await this.#release(claim);
   }
 
-  async #release(slot: IdempotencySlot, claim: { owner: string }): Promise<void> {
+  async #release(claim: Claim): Promise<void> {
     try {
-      await this.#o.store.releaseIdempotencyKey(slot, claim.owner);
+      await this.#o.store.releaseIdempotencyKey(claim.slot, claim.owner);
     } catch {
       // The claim expires by itself (IN_FLIGHT_TTL_MS).
       this.#o.log.warn('idempotency claim not released; it expires by itself');
@@ -272,7 +281,7 @@ function leaveOutData(body: string): { body: string; left: { id: string; at: num
  * replay is byte for byte the first answer while the token and the key's rules are unchanged.
  * The first answer had no data (-1): the replay shows none either.
  */
-async function rendered(ctx: Context, route: Route, e: Answered): Promise<Answered> {
+async function rendered(ctx: ApiContext, route: ApiRoute, e: Answered): Promise<Answered> {
   if (e.left === undefined) return e;
   if (!route.replayRecord) throw new ServiceError('internal_error', { detail: 'A stored idempotent answer cannot be replayed by this route' });
   const fresh = await route.replayRecord(ctx, e.left.id);
@@ -283,49 +292,22 @@ async function rendered(ctx: Context, route: Route, e: Answered): Promise<Answer
   return { ...e, body: JSON.stringify(Object.fromEntries(members)) };
 }
 
-function replay(res: ServerResponse, headers: Record<string, string>, e: Answered): void {
-  if (res.destroyed) return;
+function replay(ctx: ApiContext, e: Answered): void {
+  if (ctx.res.destroyed) return;
   const body = Buffer.from(e.body, 'utf8');
-  res.writeHead(e.status, { ...headers, 'content-type': e.type, 'content-length': body.length, [REPLAYED_HEADER]: 'true' });
-  res.end(body);
+  ctx.res.writeHead(e.status, { ...ctx.headers, 'content-type': e.type, 'content-length': body.length, [REPLAYED_HEADER]: 'true' });
+  ctx.res.end(body);
 }
 
-/**
- * A stand-in for the route's ServerResponse that keeps what respond.ts writes (writeHead, then
- * end with the bytes) instead of sending it. Everything else reaches the real response. It is
- * never `destroyed`: a client that went away does not stop the answer from being stored.
- */
-function captureResponse(real: ServerResponse): { res: ServerResponse; answer: Promise<Answer> } {
-  let head: { status: number; headers: Answer['headers'] } | null = null;
-  let done!: (a: Answer) => void;
-  const answer = new Promise<Answer>((resolve) => (done = resolve));
-  const own: Record<PropertyKey, unknown> = {
-    destroyed: false,
-    get headersSent() {
-      return head !== null;
-    },
-    writeHead(status: number, ...rest: unknown[]) {
-      const headers = rest.find((r): r is Answer['headers'] => typeof r === 'object' && r !== null && !Array.isArray(r));
-      head = { status, headers: { ...(headers ?? {}) } };
-      return proxy;
-    },
-    end(chunk?: unknown) {
-      const body = Buffer.isBuffer(chunk) ? chunk : typeof chunk === 'string' ? Buffer.from(chunk) : Buffer.alloc(0);
-      done({ status: head?.status ?? 200, headers: head?.headers ?? {}, body });
-      return proxy;
-    },
-    // respond.ts destroys a response it cannot answer (status 0: not stored, the real one is destroyed).
-    destroy() {
-      done({ status: 0, headers: {}, body: Buffer.alloc(0) });
-      return proxy;
-    },
-  };
-  const proxy: ServerResponse = new Proxy(real, {
-    get(target, prop) {
-      if (Object.hasOwn(own, prop)) return own[prop];
-      const v: unknown = Reflect.get(target, prop, target);
-      return typeof v === 'function' ? v.bind(target) : v;
-    },
-  });
-  return { res: proxy, answer };
+/** The route's answer as it is stored and sent: a handler of an idempotent route returns it. */
+async function bytesOf(ctx: ApiContext, answer: JsonAnswer | void): Promise<Answer> {
+  if (!answer) throw new ServiceError('internal_error', { detail: 'An idempotent route must return its answer' });
+  let body: Buffer;
+  try {
+    body = await jsonBytes(answer.json);
+  } catch (err) {
+    // As respond.ts answers a body the JSON worker failed to serialize.
+    throw err instanceof ServiceError ? err : new ServiceError('internal_error', { cause: err });
+  }
+  return { status: answer.status, headers: { ...ctx.headers, 'content-type': 'application/json; charset=utf-8', 'content-length': body.length }, body };
 }

@@ -1,66 +1,55 @@
 /**
- * The request pipeline, built once: route → request id → authenticate → permission →
- * rate-limit → path and query validated by the route's schemas → handler (which reads the body,
- * validated by the same schemas: route-schema.ts). Cheap rejections come first: no body is read before authentication
- * and rate limiting pass. Every error becomes a problem body in respond.ts.
+ * The two entries of the request pipeline, built once per model: the HTTP request and the
+ * upgrade request. Each does `route` (the router's match) and `identify` (the request id, its
+ * logger, the headers every answer carries) and hands the request to its route's compiled stages
+ * (stages.ts: authenticate → rate limit → input → idempotency → body → handler). Every error
+ * becomes a problem body in respond.ts; the access line and the request metric are written here.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { randomUUID } from 'node:crypto';
-import { holds } from '../auth/access.js';
-import type { KeyIndex } from '../auth/keys.js';
 import { ServiceError } from '../errors.js';
-import { scrubCards, writeAccessLine, type AccessFields, type Logger } from '../log.js';
-import { JSON_MEDIA_TYPES, readJson, type LargeBodyMode } from './body.js';
-import type { Context, Route } from './context.js';
-import { allowOriginHeaders, crossOrigin, originRefused, preflightHeaders, type CorsPolicy } from './cors.js';
+import { scrubCards, writeAccessLine, type Logger } from '../log.js';
+import type { Context, ProxyRoute, RequestScope, Route } from './context.js';
+import { allowOriginHeaders, crossOrigin, originRefused, preflightHeaders } from './cors.js';
 import { answerEarly, type LingerOptions } from './linger.js';
 import { sendProblem, sendSocketProblem } from './respond.js';
 import { Router } from './router.js';
 import { UNMATCHED_ROUTE, type RequestMetrics } from './metrics.js';
-import { parseBody, parseInput, queryObject } from './route-schema.js';
+import { asServiceError } from './service-error.js';
+import { compileRoute, compileUpgrade, headerValue, type CompiledRoute, type CompiledUpgrade, type StageOptions } from './stages.js';
 
-export interface RateLimitGate {
-  /** Resolves with headers for the response, or throws ServiceError (429 / 503). */
-  check(ctx: Context, route: Route): Promise<Record<string, string>>;
-}
+export type { RateLimitGate } from './stages.js';
+export { headerValue };
 
-export interface PipelineOptions {
+export interface PipelineOptions extends StageOptions {
   routes: Route[];
-  keys: KeyIndex;
   log: Logger;
-  bodyLimit: number;
-  maxDepth: number;
   clientIp: (socketAddress: string, xForwardedFor: string | undefined) => string;
-  rateLimits?: RateLimitGate;
   /** Bounds of the lingering close after an early answer (linger.ts). */
   linger: LingerOptions;
   /** Request durations by route pattern (docs/operations.md "Metrics"); absent when metrics are off. */
   metrics?: RequestMetrics;
-  /** Which page origins may read answers (public applications' allowed_origins, cors.ts). */
-  cors?: CorsPolicy;
 }
 
 const TRACE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
-/**
- * How each route group's large JSON bodies are parsed (body.ts, large-json.ts): the tokenize
- * routes hand the body only to the vault's walk, so it is walked and answered in the JSON worker;
- * reactors pass `args` on to the reactor host as JSON text; every other route takes small bodies.
- */
-function largeBodyMode(group: string): LargeBodyMode {
-  if (group === 'tokenize' || group === 'tokens.create') return 'walked';
-  if (group === 'reactor') return 'args';
-  return 'small';
-}
-
 /** Where src/api/openapi.ts serves the document of the routes. */
 const OPENAPI_PATH = '/openapi.json';
+
+/** A compiled route as the router holds it (router.ts matches on method and path). */
+interface Entry<C> {
+  method: string;
+  path: string;
+  compiled: C;
+}
 
 export function createPipeline(opts: PipelineOptions): (req: IncomingMessage, res: ServerResponse) => void {
   // A 404 says where the routes are (issue 29), when this listener serves the document.
   const listed = opts.routes.some((r) => r.method === 'GET' && r.path === OPENAPI_PATH);
-  const router = new Router(opts.routes, listed ? `No route has this path: GET ${OPENAPI_PATH} lists every route of this service` : undefined);
+  // Each route's stages are chosen here, once (stages.ts), not per request.
+  const entries = opts.routes.map((r) => ({ method: r.method, path: r.path, compiled: compileRoute(r, opts) }));
+  const router = new Router(entries, listed ? `No route has this path: GET ${OPENAPI_PATH} lists every route of this service` : undefined);
   const logAccess = opts.log.isLevelEnabled('info');
   // One listener for both records of a finished request, the metric and the access line, shared by
   // every request (it finds the request's state on the response): no closure per request.
@@ -91,27 +80,25 @@ function finishListener(opts: PipelineOptions, logAccess: boolean): (this: Track
 }
 
 /**
- * One request's context (http/context.ts): a class, so a request allocates one object rather than
- * an object literal with accessors and closures; the URL and the child logger are made on first use.
+ * The `identify` stage's product, on both entries: the request id, the headers every answer
+ * carries, and what is made on first use only (the URL, the child logger, the client address). A
+ * class, so a request allocates one object rather than an object literal with accessors and closures.
  */
-class RequestContext implements Context {
+class Scope implements RequestScope {
   readonly headers: Record<string, string>;
   params: Record<string, string> = NO_PARAMS;
   rest = '';
-  principal?: Context['principal'] = undefined;
-  proxyPrincipal?: Context['proxyPrincipal'] = undefined;
-  query?: Record<string, unknown> = undefined;
-  route: Route | undefined = undefined;
+  principal?: RequestScope['principal'] = undefined;
+  proxyPrincipal?: RequestScope['proxyPrincipal'] = undefined;
   #url: URL | undefined = undefined;
   #log: Logger | undefined = undefined;
   #clientIp: string | undefined = undefined;
 
   constructor(
     readonly req: IncomingMessage,
-    readonly res: ServerResponse,
-    readonly requestId: string,
     readonly started: number,
     private readonly opts: PipelineOptions,
+    readonly requestId: string = requestIdOf(req),
   ) {
     this.headers = { 'svc-trace-id': requestId };
   }
@@ -131,20 +118,24 @@ class RequestContext implements Context {
   get clientIp(): string {
     return (this.#clientIp ??= this.opts.clientIp(this.req.socket.remoteAddress ?? '', headerValue(this.req.headers['x-forwarded-for'])));
   }
+}
 
-  async readJson(accept?: (mediaType: string) => boolean, observe?: (raw: Buffer) => Promise<void>): Promise<unknown> {
-    const schemas = this.route?.schemas;
-    const large = largeBodyMode(this.route?.group ?? 'health');
-    // The route's schema names the media types it takes (its `accept` tests them): the 415 lists them.
-    const accepted = schemas?.body?.mediaTypes ?? JSON_MEDIA_TYPES;
-    return parseBody(schemas, await readJson(this.req, this.opts.bodyLimit, this.opts.maxDepth, accept, large, observe, accepted));
+/** One request's context (context.ts). */
+class RequestContext extends Scope implements Context {
+  query?: Record<string, unknown> = undefined;
+  body: unknown = undefined;
+  route: Route | undefined = undefined;
+
+  constructor(req: IncomingMessage, readonly res: ServerResponse, started: number, opts: PipelineOptions) {
+    super(req, started, opts);
   }
 }
 
 const NO_PARAMS: Record<string, string> = Object.freeze({}) as Record<string, string>;
 
-async function handle(opts: PipelineOptions, router: Router<Route>, req: IncomingMessage, res: ServerResponse, onFinish: ((this: TrackedResponse) => void) | undefined): Promise<void> {
-  const ctx = new RequestContext(req, res, requestIdOf(req), performance.now(), opts);
+/** The HTTP entry: route and identify, then the route's stages (stages.ts). */
+async function handle(opts: PipelineOptions, router: Router<Entry<CompiledRoute>>, req: IncomingMessage, res: ServerResponse, onFinish: ((this: TrackedResponse) => void) | undefined): Promise<void> {
+  const ctx = new RequestContext(req, res, performance.now(), opts);
   if (onFinish) {
     (res as TrackedResponse)[STATE] = ctx;
     res.on('finish', onFinish);
@@ -157,25 +148,19 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
     if (origin !== undefined && req.method === 'OPTIONS' && req.headers['access-control-request-method'] !== undefined
       && preflight(opts, router, ctx, origin, path ?? ctx.url.pathname)) return;
     const match = router.match(req.method ?? 'GET', path ?? ctx.url.pathname);
-    const route = match.route;
+    const compiled = match.route.compiled;
+    const route = compiled.route;
     ctx.route = route;
     ctx.params = match.params;
     ctx.rest = match.rest;
-    const schemas = route.schemas;
     // Before the key is checked, so that a page can read a 401 or a 429 (cors.ts).
     if (origin !== undefined) {
       ctx.headers.vary = 'Origin';
       if (opts.cors?.routeAllows(origin, route)) Object.assign(ctx.headers, allowOriginHeaders(origin));
     }
-    if (route.auth === 'api') {
-      authenticate(opts, ctx, route);
-      if (origin !== undefined) checkOrigin(opts, ctx, origin);
-    } else if (route.auth === 'proxy') authenticateProxy(opts, ctx, true);
-    if (opts.rateLimits && route.group !== 'health') Object.assign(ctx.headers, await opts.rateLimits.check(ctx, route));
-    if (schemas?.params) ctx.params = parseInput(schemas, 'params', schemas.params, ctx.params) as Record<string, string>;
-    if (schemas?.query) ctx.query = parseInput(schemas, 'query', schemas.query, queryObject(ctx.url.searchParams)) as Record<string, unknown>;
-    await route.handle(ctx);
-  } catch (err) {
+    await compiled.run(ctx, origin);
+  } catch (thrown) {
+    const err = asServiceError(thrown);
     if (!(err instanceof ServiceError)) ctx.log.error({ error: safeError(err) }, 'unhandled error');
     else if (err.status >= 500) ctx.log.warn({ code: err.code, cause: safeError(err.cause) }, 'request failed');
     drainAndAnswer(opts, req, res, err, ctx.headers, ctx.route?.wrapErrors);
@@ -189,8 +174,8 @@ async function handle(opts: PipelineOptions, router: Router<Route>, req: Incomin
  * Paths of the proxies and of open routes are not ours to answer for (false): a proxy's OPTIONS
  * goes to its destination as before, which answers its own CORS.
  */
-function preflight(opts: PipelineOptions, router: Router<Route>, ctx: RequestContext, origin: string, path: string): boolean {
-  const routes = router.routesAt(path);
+function preflight(opts: PipelineOptions, router: Router<Entry<CompiledRoute>>, ctx: RequestContext, origin: string, path: string): boolean {
+  const routes = router.routesAt(path).map((e) => e.compiled.route);
   if (routes.length === 0) throw new ServiceError('route_not_found');
   if (routes.some((r) => r.auth !== 'api')) return false;
   ctx.route = routes[0];
@@ -201,20 +186,6 @@ function preflight(opts: PipelineOptions, router: Router<Route>, ctx: RequestCon
   ctx.res.writeHead(204, { ...ctx.headers, ...preflightHeaders(origin, methods) });
   ctx.res.end();
   return true;
-}
-
-/**
- * After a key was found on a request from another origin: a public key only from its
- * application's allowed_origins (else 403, and no header that lets the page read it); any
- * other kind of key never gets the header (cors.ts).
- */
-function checkOrigin(opts: PipelineOptions, ctx: Context, origin: string): void {
-  const app = ctx.principal!.app;
-  const listed = app.type === 'public' && opts.cors?.originsOf(app)?.has(origin) === true;
-  if (listed) return;
-  delete ctx.headers['access-control-allow-origin'];
-  delete ctx.headers['access-control-expose-headers'];
-  if (app.type === 'public') throw originRefused();
 }
 
 function parseTarget(target: string): URL {
@@ -250,114 +221,55 @@ function requestIdOf(req: IncomingMessage): string {
   return typeof trace === 'string' && TRACE_ID.test(trace) && scrubCards(trace) === trace ? trace : randomUUID();
 }
 
-/**
- * For an upgrade request: the request id (a valid SVC-Trace-Id without a card number in it, else a new UUID), its logger and the headers every answer
- * carries. The child logger is made on first use: most requests never log beyond the access line.
- */
-function identify(
-  opts: PipelineOptions,
-  req: IncomingMessage,
-): { requestId: string; log: () => Logger; access: (fields: AccessFields) => void; headers: Record<string, string> } {
-  const requestId = requestIdOf(req);
-  let child: Logger | undefined;
-  return {
-    requestId,
-    log: () => (child ??= opts.log.child({ req_id: requestId })),
-    // The access line, with req_id as the child logger would bind it, without making one.
-    access: (fields) => {
-      if (opts.log.isLevelEnabled('info')) writeAccessLine(opts.log, requestId, fields);
-    },
-    headers: { 'svc-trace-id': requestId },
-  };
+type UpgradeRoute = ProxyRoute & Required<Pick<ProxyRoute, 'upgrade'>>;
+
+function takesUpgrades(r: Route): r is UpgradeRoute {
+  return r.auth === 'proxy' && r.upgrade !== undefined;
 }
 
-/**
- * SVC-PROXY-KEY from the header or the `svc-proxy-key` query parameter (docs/proxy.md). With the
- * proxy's require_auth, the caller must also hold an API key with proxy:invoke in the same tenant.
- */
-function authenticateProxy(opts: PipelineOptions, ctx: Context, outbound: boolean): void {
-  const key = headerValue(ctx.req.headers['svc-proxy-key']) ?? proxyKeyParam(ctx.url);
-  // The outbound proxy (docs/detokenization.md "Outbound proxy"): SVC-PROXY-URL and no proxy key.
-  if (outbound && ctx.req.headers['svc-proxy-url'] !== undefined) {
-    if (key) throw new ServiceError('invalid_proxy_url', { detail: 'Send either SVC-PROXY-KEY (a pre-configured proxy) or SVC-PROXY-URL (the outbound proxy), not both' });
-    authenticate(opts, ctx, { permission: 'proxy:invoke', kinds: ['private'] });
-    return;
-  }
-  if (!key) {
-    throw new ServiceError('missing_proxy_key', { detail: 'Send the proxy key in the SVC-PROXY-KEY header (or the svc-proxy-key query parameter)' });
-  }
-  const proxy = opts.keys.findProxyKey(key);
-  if (!proxy) throw new ServiceError('invalid_proxy_key');
-  ctx.proxyPrincipal = proxy;
-  if (!proxy.proxy.require_auth) return;
-  authenticate(opts, ctx, { permission: 'proxy:invoke' });
-  if (ctx.principal!.tenant.id !== proxy.tenant.id) {
-    throw new ServiceError('forbidden', { detail: "The API key does not belong to the proxy's tenant" });
-  }
-}
-
-function proxyKeyParam(url: URL): string | undefined {
-  for (const [name, value] of url.searchParams) if (name.toLowerCase() === 'svc-proxy-key') return value;
-  return undefined;
-}
+/** What the access line names for every upgrade request, refused or not. */
+const UPGRADE_ACCESS_ROUTE = '/proxy/* (upgrade)';
 
 /**
  * Upgrade requests (`Connection: Upgrade`, e.g. WebSocket) never reach the request handler; Node
- * emits them on the server's 'upgrade' event. Only `/proxy/*` accepts them, with the same stages as
- * a plain proxy request: proxy key (and API key with require_auth), then the rate limit, then
- * `forward`. A refusal is written to the raw socket as a wrapped problem and the socket closed.
+ * emits them on the server's 'upgrade' event. Only a route with `upgrade` (`/proxy/*`) takes them,
+ * through the same stage list as a plain request of that route (stages.ts compileUpgrade): proxy
+ * key (and API key with require_auth), the rate limit, then the route's `upgrade`. A refusal is
+ * written to the raw socket as a wrapped problem and the socket closed.
  */
-export function createUpgradeHandler(
-  opts: PipelineOptions,
-  forward: (ctx: Context, socket: Duplex, head: Buffer) => void,
-): (req: IncomingMessage, socket: Duplex, head: Buffer) => void {
+export function createUpgradeHandler(opts: PipelineOptions): (req: IncomingMessage, socket: Duplex, head: Buffer) => void {
+  const entries = opts.routes.filter(takesUpgrades).map((r) => ({ method: r.method, path: r.path, compiled: compileUpgrade(r, opts) }));
+  const router = new Router(entries, 'Only /proxy/* accepts protocol upgrades');
+  const logAccess = opts.log.isLevelEnabled('info');
   return (req, socket, head) => {
     socket.on('error', () => socket.destroy());
-    const started = performance.now();
-    const { requestId, log, access, headers } = identify(opts, req);
-    void (async () => {
-      let status = 101;
-      let route = UNMATCHED_ROUTE;
-      try {
-        const url = new URL(req.url ?? '/', 'http://localhost');
-        if (!url.pathname.startsWith('/proxy/')) throw new ServiceError('route_not_found', { detail: 'Only /proxy/* accepts protocol upgrades' });
-        route = '/proxy/*';
-        const ctx: Context = {
-          req, res: undefined as unknown as ServerResponse, url, requestId, log: log(), headers,
-          clientIp: opts.clientIp(req.socket.remoteAddress ?? '', headerValue(req.headers['x-forwarded-for'])),
-          params: {}, rest: '',
-          readJson: () => Promise.reject(new ServiceError('unsupported_media_type')),
-        };
-        authenticateProxy(opts, ctx, false);
-        if (opts.rateLimits) Object.assign(headers, await opts.rateLimits.check(ctx, { group: 'proxy' } as Route));
-        forward(ctx, socket, head);
-      } catch (err) {
-        if (!(err instanceof ServiceError)) log().error({ error: safeError(err) }, 'unhandled error');
-        status = sendSocketProblem(socket, err, headers, 'proxy_error');
-      }
-      access({ method: req.method, route: '/proxy/* (upgrade)', status });
-      // Until the 101 (or the refusal) only: the relayed connection is not a request.
-      opts.metrics?.request(req.method, route, status, started);
-    })();
+    void upgrade(opts, router, logAccess, req, socket, head);
   };
 }
 
-function authenticate(opts: PipelineOptions, ctx: Context, route: Pick<Route, 'kinds' | 'permission'>): void {
-  const key = headerValue(ctx.req.headers['svc-api-key']);
-  if (!key) throw new ServiceError('missing_api_key', { detail: 'Send the API key in the SVC-API-KEY header' });
-  const principal = opts.keys.findApiKey(key);
-  if (!principal) throw new ServiceError('invalid_api_key');
-  ctx.principal = principal;
-  if (route.kinds && !route.kinds.includes(principal.app.type)) {
-    throw new ServiceError('forbidden', { detail: `This route needs a ${route.kinds.join(' or ')} key` });
+async function upgrade(
+  opts: PipelineOptions, router: Router<Entry<CompiledUpgrade>>, logAccess: boolean, req: IncomingMessage, socket: Duplex, head: Buffer,
+): Promise<void> {
+  const ctx = new Scope(req, performance.now(), opts);
+  let status = 101;
+  let route = UNMATCHED_ROUTE;
+  try {
+    const path = simplePathname(req.url ?? '/') ?? ctx.url.pathname;
+    const match = router.match(req.method ?? 'GET', path);
+    // The router lets `/proxy` stand for its wildcard with nothing below it: not an upgrade target.
+    if (!path.startsWith(match.route.path.slice(0, -1))) throw new ServiceError('route_not_found', { detail: 'Only /proxy/* accepts protocol upgrades' });
+    ctx.params = match.params;
+    ctx.rest = match.rest;
+    route = match.route.path;
+    await match.route.compiled.run(ctx, socket, head);
+  } catch (thrown) {
+    const err = asServiceError(thrown);
+    if (!(err instanceof ServiceError)) ctx.log.error({ error: safeError(err) }, 'unhandled error');
+    status = sendSocketProblem(socket, err, ctx.headers, 'proxy_error');
   }
-  if (route.permission && !holds(principal.app, route.permission)) {
-    throw new ServiceError('forbidden', { detail: `The key lacks the permission ${route.permission}` });
-  }
-}
-
-export function headerValue(v: string | string[] | undefined): string | undefined {
-  return Array.isArray(v) ? v[0] : v;
+  if (logAccess) writeAccessLine(opts.log, ctx.requestId, { method: req.method, route: UPGRADE_ACCESS_ROUTE, status });
+  // Until the 101 (or the refusal) only: the relayed connection is not a request.
+  opts.metrics?.request(req.method, route, status, ctx.started);
 }
 
 /** Only the error's class and code: dependency messages may quote values. */

@@ -19,6 +19,11 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, hea
   writeJson(res, status, Buffer.from(JSON.stringify(body)), headers);
 }
 
+/** A JSON body's bytes (a DeferredJson serialized in the JSON worker). */
+export function jsonBytes(body: unknown): Buffer | Promise<Buffer> {
+  return body instanceof DeferredJson ? body.render() : Buffer.from(JSON.stringify(body));
+}
+
 function writeJson(res: ServerResponse, status: number, bytes: Buffer, headers: Record<string, string>): void {
   if (res.destroyed) return;
   res.writeHead(status, { ...headers, 'content-type': 'application/json; charset=utf-8', 'content-length': bytes.length });

@@ -54,7 +54,7 @@ export function metricsEndpoint(cfg: Config['metrics'], listener: AdminListener 
     sendText(res, 200, await metrics.render(), metrics.contentType, headers);
   };
   return {
-    routes: listener ? [] : [{ method: 'GET', path: METRICS_PATH, group: 'health', auth: 'none', handle: (ctx) => serve(ctx.req, ctx.res, ctx.headers) }],
+    routes: listener ? [] : [{ method: 'GET', path: METRICS_PATH, group: 'health', auth: 'none', body: 'none', handle: (ctx) => serve(ctx.req, ctx.res, ctx.headers) }],
     async listen() {
       if (!listener) return null;
       const s = createServer((req, res) => {

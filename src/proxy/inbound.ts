@@ -13,7 +13,7 @@ import { Transform, Writable, type Duplex, type Readable } from 'node:stream';
 import { ServiceError } from '../errors.js';
 import { mediaType, readBody } from '../http/body.js';
 import { normalizeIp } from '../net/client-ip.js';
-import type { Context } from '../http/context.js';
+import type { Context, InboundContext, InboundScope } from '../http/context.js';
 import type { Logger } from '../log.js';
 import type { ProxyMetrics } from './metrics.js';
 import type { ReactorRuntime } from '../reactors/runtime.js';
@@ -72,11 +72,11 @@ export class InboundProxy {
    * Not async: a pass-through returns the forwarding's own promise (no async frames around it);
    * a refusal before forwarding throws, which the pipeline's try around `route.handle` catches.
    */
-  handle(ctx: Context): Promise<void> {
+  handle(ctx: InboundContext): Promise<void> {
     const method = ctx.req.method ?? 'GET';
     refuseMethod(method);
     checkTransferEncoding(ctx.req.headers['transfer-encoding']);
-    const pp = ctx.proxyPrincipal!;
+    const pp = ctx.proxyPrincipal;
     const entry = this.entries.get(`${pp.tenant.id}/${pp.proxy.id}`)!;
     const target = splitProxyTarget(ctx.req.url ?? '/');
     const path = destinationPath(entry.proxy.destination, target);
@@ -103,10 +103,10 @@ export class InboundProxy {
   }
 
   /** An authenticated, rate-limited upgrade request (see upgrade.ts). */
-  upgrade(ctx: Context, socket: Duplex, head: Buffer): void {
+  upgrade(ctx: InboundScope, socket: Duplex, head: Buffer): void {
     refuseMethod(ctx.req.method ?? 'GET');
     checkTransferEncoding(ctx.req.headers['transfer-encoding']);
-    const pp = ctx.proxyPrincipal!;
+    const pp = ctx.proxyPrincipal;
     const entry = this.entries.get(`${pp.tenant.id}/${pp.proxy.id}`)!;
     const peer = normalizeIp(ctx.req.socket.remoteAddress ?? '');
     this.upgrades.forward(entry.proxy, ctx.req, socket, head, { peer, peerTrusted: this.opts.trustedPeer(peer) });

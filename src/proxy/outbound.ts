@@ -12,7 +12,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { ServiceError } from '../errors.js';
 import { mediaType, readBody } from '../http/body.js';
-import type { Context } from '../http/context.js';
+import type { ApiContext } from '../http/context.js';
 import { ProxyBody } from './body.js';
 import { detokenizeParts, type UseResolver } from './detokenize-request.js';
 import { destinationPath, parseDestination, splitProxyTarget } from './destination.js';
@@ -69,11 +69,11 @@ function outboundHeaders(incoming: IncomingHttpHeaders): Record<string, string |
 export class OutboundProxy {
   constructor(private readonly opts: OutboundOptions) {}
 
-  async handle(ctx: Context): Promise<void> {
+  async handle(ctx: ApiContext): Promise<void> {
     const method = ctx.req.method ?? 'GET';
     refuseMethod(method);
     checkTransferEncoding(ctx.req.headers['transfer-encoding']);
-    const principal = ctx.principal!;
+    const principal = ctx.principal;
     const url = parseProxyUrl(ctx.req.headers[PROXY_URL_HEADER]);
     const full = destinationPath(parseDestination(url.href), splitProxyTarget(ctx.req.url ?? '/'));
     // 1. Where to, before anything is read or resolved for use.

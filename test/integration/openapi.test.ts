@@ -156,7 +156,7 @@ t.test('a 429 and its headers are as documented', async (t) => {
 t.test('a route without schemas works and is listed with a generic description', async (t) => {
   const up = await startUpstream(t);
   const s = await startTestService(t, { config: config(up.url) });
-  const bare = { method: 'POST', path: '/things/:id', group: 'tokens.create', auth: 'api', handle: async () => {} } as const;
+  const bare = { method: 'POST', path: '/things/:id', group: 'tokens.create', auth: 'api', body: 'none', handle: async () => {} } as const;
   const keyed = {
     ...bare, path: '/keyed',
     schemas: { summary: 'k', requestHeaders: { 'SVC-IDEMPOTENCY-KEY': { description: 'd' } }, responses: { 409: problem('in flight') } },

@@ -93,6 +93,18 @@ t.test('refusals are wrapped problems on the raw socket, and nothing reaches the
   t.notOk(s.logs().includes('not_a_valid_proxy_key'), 'the bad key is not logged');
 });
 
+t.test('the upgrade entry runs the stages of /proxy/* (issue 25): /proxy itself is no target, SVC-PROXY-URL is not an upgrade key, the trace id is echoed', async (t) => {
+  const before = up.seen.length;
+  const root = await upgrade(s.url, '/proxy', { 'svc-proxy-key': PROXY_KEY });
+  t.match(root, { kind: 'refused', status: 404, body: { proxy_error: { code: 'route_not_found', detail: 'Only /proxy/* accepts protocol upgrades' } } }, '/proxy without a suffix');
+  const other = await upgrade(s.url, '/tokens', {});
+  t.match(other, { kind: 'refused', status: 404, body: { proxy_error: { code: 'route_not_found', detail: 'Only /proxy/* accepts protocol upgrades' } } }, 'another route');
+  const url = await upgrade(s.url, '/proxy/chat', { 'svc-proxy-url': `${up.url}/base/`, 'svc-api-key': 'test_private_key_aaaaaaaaaaaaaaaa', 'svc-trace-id': 'trace-upgrade-1' });
+  t.match(url, { kind: 'refused', status: 401, body: { proxy_error: { code: 'missing_proxy_key' } } }, 'the outbound proxy takes no upgrades');
+  t.equal(url.headers['svc-trace-id'], 'trace-upgrade-1', 'the refusal carries the request id');
+  t.equal(up.seen.length, before, 'the destination saw none of them');
+});
+
 t.test('a destination that is down: 502 on the raw socket', async (t) => {
   const down = await startTestService(t, {
     config: configWithProxies([{ id: 'down', name: 'down', key: PROXY_KEY, require_auth: false, destination_url: 'http://127.0.0.1:9/' }]),

@@ -1,0 +1,99 @@
+/**
+ * A/B of tokenproxy builds in one window (issue 25): on a shared machine, two runs of the same
+ * bench minutes apart differ more than the changes under test. Each build runs in a process of
+ * its own (built dist/main.js, embedded store, log level warn, metrics on); wrk (1 thread) loads
+ * them in turn, round by round, the order reversed every other round; CPU per request of each
+ * server's process tree from /proc over its window (warm-up included). The paired ratios (each
+ * build against the first in the same round, median over rounds) are the figures to compare.
+ *
+ *   node --no-node-snapshot --import tsx bench/ab-builds.mts ROW ROUNDS label=/path/dist/main.js ...
+ *
+ * ROW `tokenize`: POST /tokenize with one string, 64 connections, rate limits off (as
+ * tokenize.ts's row); `proxy`: POST /proxy/anything through a proxy without transforms to a
+ * local upstream, 50 connections, rate limits on in memory and never refusing (as proxy.ts's
+ * pass-through row). AB_MS sets the measuring window (default 3000 ms). Build a baseline with
+ * `git worktree add` or `git archive REV | tar -x -C DIR`, then `tsc -p tsconfig.build.json` in it.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { request } from 'undici';
+import { treeTicks, CLK_TCK } from './lib/procs.js';
+import { startBenchRunner } from './lib/wrk.js';
+import type { LoadOptions } from './lib/load.js';
+import { benchConfig, BENCH_KEY } from './lib/service.js';
+import { freePort } from '../test/helpers/redis.js';
+import { createServer } from 'node:http';
+
+const [row, roundsArg, ...specs] = process.argv.slice(2);
+const rounds = Number(roundsArg);
+const builds = specs.map((s) => ({ label: s.split('=')[0]!, main: s.split('=')[1]! }));
+
+async function upstream(): Promise<string> {
+  const srv = createServer((req, res) => { req.resume(); req.on('end', () => { res.writeHead(200, { 'content-type': 'application/json' }); res.end('{"ok":true,"id":"abc-123-def-456"}'); }); });
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  return `http://127.0.0.1:${(srv.address() as { port: number }).port}`;
+}
+
+const up = row === 'proxy' ? await upstream() : '';
+async function start(main: string, name: string) {
+  const dir = mkdtempSync(join(tmpdir(), `tp-ab-${name}-`));
+  const port = await freePort();
+  const raw = benchConfig(row === 'proxy' ? { tenant: {
+    custom_rate_limits: { proxy_endpoint: { points: 100000000, duration_seconds: 60 }, private_key: { points: 100000000, duration_seconds: 60 } },
+    proxies: [{ id: 'bench-pass', name: 'p', key: 'bench_proxy_key_0123456789abcdef', destination_url: up, require_auth: false, leak_guard: 'off' }] } } : {});
+  const config = { ...raw, server: { host: '127.0.0.1', port }, log: { level: 'warn' }, store: { kind: 'embedded', path: join(dir, 'tokens.db') },
+    ...(row === 'proxy' ? { rate_limits: { enabled: true, store: 'memory' } } : {}) };
+  writeFileSync(join(dir, 'c.json'), JSON.stringify(config));
+  const child = spawn(process.execPath, ['--no-node-snapshot', ...(process.env.AB_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.AB_PROF}/${name}`] : []), main, '--config', join(dir, 'c.json')], { env: { ...process.env, TOKENPROXY_MASTER_KEY: randomBytes(32).toString('base64'), NODE_OPTIONS: '' }, stdio: ['ignore', 'ignore', 'inherit'] });
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 600; i++) {
+    const ok = await request(`${url}/healthz`, { reset: true }).then((r) => r.body.dump().then(() => r.statusCode === 200), () => false);
+    if (ok) break;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return { url, pid: child.pid!, child };
+}
+
+const servers: Array<{ label: string; main: string; url: string; pid: number; child: ReturnType<typeof spawn> }> = [];
+for (const b of builds) servers.push({ ...b, ...(await start(b.main, b.label)) });
+const runner = await startBenchRunner({ install: false, log: () => {} });
+const opts = (url: string): LoadOptions => row === 'proxy'
+  ? { url: `${url}/proxy/anything`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-proxy-key': 'bench_proxy_key_0123456789abcdef' }, body: JSON.stringify({ order: 'o-1', amount: 100, currency: 'usd', items: [{ sku: 'a', qty: 1 }] }), connections: 50 }
+  : { url: `${url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: '"customer-1-value"', connections: 64 };
+const results: Record<string, { rps: number[]; cpu: number[]; p99: number[] }> = {};
+for (const s of servers) {
+  results[s.label] = { rps: [], cpu: [], p99: [] };
+  await runner.run({ ...opts(s.url), durationMs: 2000, warmupMs: 500 });
+}
+for (let r = 0; r < rounds; r++) {
+  const order = r % 2 === 0 ? servers : [...servers].reverse();
+  for (const s of order) {
+    const t0 = treeTicks(s.pid);
+    const res = await runner.run({ ...opts(s.url), durationMs: Number(process.env.AB_MS ?? 3000), warmupMs: 300 });
+    const t1 = treeTicks(s.pid);
+    if (res.errors) console.log(`${s.label}: ${res.errors} errors ${JSON.stringify(res.statuses)}`);
+    results[s.label]!.rps.push(res.rps);
+    results[s.label]!.p99.push(res.p99);
+    results[s.label]!.cpu.push(((t1 - t0) / CLK_TCK) * 1e6 / (res.requests + res.warmupRequests));
+  }
+}
+const med = (a: number[]) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)]!;
+console.log(`row ${row}, ${rounds} rounds, node ${process.version}, load average ${loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+for (const s of servers) {
+  const x = results[s.label]!;
+  console.log(`${s.label.padEnd(8)} req/s median ${med(x.rps).toFixed(0)} [${Math.min(...x.rps).toFixed(0)}-${Math.max(...x.rps).toFixed(0)}]  cpu us/req median ${med(x.cpu).toFixed(1)} [${Math.min(...x.cpu).toFixed(1)}-${Math.max(...x.cpu).toFixed(1)}]  p99 ${med(x.p99).toFixed(1)} ms`);
+}
+const base = results[servers[0]!.label]!;
+for (const s of servers.slice(1)) {
+  const x = results[s.label]!;
+  const ratios = x.rps.map((v, i) => v / base.rps[i]!);
+  const cpuRatios = x.cpu.map((v, i) => v / base.cpu[i]!);
+  console.log(`${s.label} vs ${servers[0]!.label}: req/s ratio median ${med(ratios).toFixed(3)}, cpu/req ratio median ${med(cpuRatios).toFixed(3)} (paired by round)`);
+}
+await runner.close();
+for (const s of servers) s.child.kill('SIGTERM');
+await Promise.all(servers.map((s) => new Promise((r) => s.child.once('exit', r))));
+process.exit(0);
