@@ -76,3 +76,32 @@ t.test('an id in a proxy\'s token template must be an alias expression the type 
   t.throws(() => buildModel(proxyWith({ type: 'token', id: 'fixed-id' })), /token\.id: a proxy creates many tokens/);
   t.doesNotThrow(() => buildModel(proxyWith({ type: 'card_number', id: '{{ data | alias_card }}' })));
 });
+
+t.test('every token type through the proxy tokenize transform (issue 26)', async (t) => {
+  const { routing, digits } = await import('../vault/token-types-suite.js');
+  const values: Record<string, unknown> = {
+    token: 'a note', card: { number: randomCard('4'), expiration_month: 3, expiration_year: 2031 }, card_number: randomCard('5'),
+    bank: { routing_number: routing(), account_number: digits(9) }, us_bank_routing_number: routing(), us_bank_account_number: digits(11),
+    social_security_number: '536-22-8711', employer_id_number: '12-3456789',
+  };
+  const up = await startUpstream(t);
+  const s = await startTestService(t, {
+    config: configWithProxies([{
+      id: 'all', name: 'all', key: KEY['svc-proxy-key'], require_auth: false, destination_url: `${up.url}/all/`, leak_guard: 'block',
+      request_transforms: [{ type: 'tokenize', fields: Object.keys(values).map((type) => ({ pointer: `/${type}`, token: { type } })) }],
+    }]),
+  });
+  const r = await s.call('POST', '/proxy/x', { key: null, headers: KEY, body: values });
+  t.equal(r.status, 200, r.text);
+  const sent = JSON.parse(up.received[0]!.body.toString()) as Record<string, string>;
+  for (const [type, value] of Object.entries(values)) {
+    t.match(sent[type], /^[0-9a-f-]{36}$/, `${type}: the destination got a token id`);
+    const read = await s.call('GET', `/tokens/${sent[type]}`, { key: KEYS.private });
+    t.equal(read.body.type, type);
+    t.same(read.body.data, value, `${type}: the token holds the value`);
+  }
+  // A value that is not valid for its type: 400 naming the field, nothing forwarded.
+  const bad = await s.call('POST', '/proxy/x', { key: null, headers: KEY, body: { ...values, us_bank_routing_number: '123456789' } });
+  t.equal(bad.status, 400, bad.text);
+  t.equal(up.received.length, 1, 'nothing more forwarded');
+});
