@@ -76,6 +76,15 @@ export type ErrorCode = keyof typeof catalogue;
 /** Field path → messages, for validation failures (e.g. `primary_card.data.number`). */
 export type FieldErrors = Record<string, string[]>;
 
+/**
+ * Records `message` under `path`. Own members only: a path named after an Object.prototype
+ * member (`constructor`, `__proto__`, `toString`) is an ordinary path, not a crash (issue 10, 9).
+ */
+export function addFieldError(errors: FieldErrors, path: string, message: string): void {
+  if (Object.hasOwn(errors, path)) errors[path]!.push(message);
+  else Object.defineProperty(errors, path, { value: [message], enumerable: true, writable: true, configurable: true });
+}
+
 export interface ServiceErrorOptions {
   detail?: string;
   errors?: FieldErrors;

@@ -192,7 +192,9 @@ export class InboundProxy {
       const scanned = outcome.beforeDetokenize ?? bytes;
       // The alias ids this request's tokenize steps drew (issue 26) are tokens, not cards, though
       // an alias_card one passes Luhn: they are let through; a real card in the same body is not.
-      const aliases = new Set(outcome.prepared.filter((x) => x.def.alias !== null).map((x) => x.record.id));
+      const aliases = outcome.prepared.some((x) => x.def.alias !== null)
+        ? new Set(outcome.prepared.filter((x) => x.def.alias !== null).map((x) => x.record.id))
+        : undefined;
       const scan = await scanBodyYielding(scanned, scanType(headerText(outcome.headers['content-type'])), aliases);
       this.leakFound(ctx, entry, scan.findings, proxy.settings.leak_guard === 'block');
       if (scan.undecodable) this.undecodable(ctx, entry, proxy.settings.leak_guard === 'block');

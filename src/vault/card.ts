@@ -3,7 +3,7 @@
  * integer 1–12; expiration_year a four-digit integer; cvc a string of 3–4 digits. An expired
  * card is still accepted. Messages never quote the value.
  */
-import type { FieldErrors } from '../errors.js';
+import { addFieldError, type FieldErrors } from '../errors.js';
 import { luhnValid } from '../luhn.js';
 
 export interface CardData {
@@ -15,11 +15,7 @@ export interface CardData {
 
 const CARD_FIELDS = new Set(['number', 'expiration_month', 'expiration_year', 'cvc']);
 
-function add(errors: FieldErrors, path: string, message: string): void {
-  // Own members only (a field named "constructor" or "__proto__" is a path like any other).
-  if (Object.hasOwn(errors, path)) errors[path]!.push(message);
-  else Object.defineProperty(errors, path, { value: [message], enumerable: true, writable: true, configurable: true });
-}
+const add = addFieldError;
 
 /** Validates card `data` at `path` (e.g. "primary_card.data"); returns the card or records errors. */
 export function validateCard(data: unknown, path: string, errors: FieldErrors): CardData | null {

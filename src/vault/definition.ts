@@ -4,7 +4,7 @@
  * never quote a value.
  */
 import { containerPattern } from '../config/schema.js';
-import type { FieldErrors } from '../errors.js';
+import { addFieldError, type FieldErrors } from '../errors.js';
 import { scrubCards } from '../log.js';
 import type { CardData } from './card.js';
 import { checkDataExpression, ExpressionError, MAX_EXPRESSION_LENGTH } from './expressions.js';
@@ -74,14 +74,8 @@ export function setOwn<T>(obj: Record<string, T>, key: string, value: T): void {
   Object.defineProperty(obj, key, { value, enumerable: true, writable: true, configurable: true });
 }
 
-/**
- * Records `message` under `path`. Own members only: a path named after an Object.prototype
- * member (`constructor`, `__proto__`, `toString`) is an ordinary path, not a crash (issue 10, 9).
- */
-export function addFieldError(errors: FieldErrors, path: string, message: string): void {
-  if (Object.hasOwn(errors, path)) errors[path]!.push(message);
-  else setOwn(errors, path, [message]);
-}
+/** The one field-error helper (errors.ts), re-exported for the vault's callers. */
+export { addFieldError };
 
 const add = addFieldError;
 

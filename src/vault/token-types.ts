@@ -8,7 +8,7 @@
  * Validation messages describe the rule, never the value. Masks keep separators (`-`) where they
  * are and replace digits: an SSN `123-45-6789` reads `XXX-XX-6789`.
  */
-import type { FieldErrors } from '../errors.js';
+import { addFieldError, type FieldErrors } from '../errors.js';
 import { luhnValid } from '../luhn.js';
 import { maskedCard, validateCard } from './card.js';
 
@@ -64,10 +64,7 @@ const ROUTING_RULE = '9 digits with a valid ABA checksum';
 const ACCOUNT_RULE = '3 to 17 digits';
 const ACCOUNT = /^\d{3,17}$/;
 
-function add(errors: FieldErrors, path: string, message: string): void {
-  if (Object.hasOwn(errors, path)) errors[path]!.push(message);
-  else Object.defineProperty(errors, path, { value: [message], enumerable: true, writable: true, configurable: true });
-}
+const add = addFieldError;
 
 /** A string type: `valid` decides, `rule` is the message (it describes the rule, never the value). */
 function stringType(spec: Omit<TokenTypeSpec, 'parse' | 'customMask'> & { valid(s: string): boolean; rule: string }): TokenTypeSpec {

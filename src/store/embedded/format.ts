@@ -168,22 +168,9 @@ export function toColumns(r: StoredToken): TokenColumns {
   };
 }
 
-/** A row of vault_tokens as the reads select it (ROW_COLUMNS). */
-export interface TokenRow {
+/** A row of vault_tokens as the reads select it (ROW_COLUMNS): the stored columns and the sequence. */
+export interface TokenRow extends StoredColumns {
   seq: number;
-  tenant: number;
-  id: Packed;
-  type: number;
-  container: number;
-  sealed: Packed;
-  fingerprint: Packed | null;
-  expires_ms: number | null;
-  cvc_sealed: Packed | null;
-  cvc_expires_ms: number | null;
-  created_by: number;
-  created_ms: number;
-  fp_expr: number | null;
-  rest: string | null;
 }
 
 export const ROW_COLUMNS = 'seq, tenant, id, type, container, sealed, fingerprint, expires_ms, cvc_sealed, cvc_expires_ms, created_by, created_ms, fp_expr, rest';
