@@ -7,13 +7,14 @@
  */
 import { JsonPointer } from 'json-ptr';
 import { transformLimits } from '../config/limits.js';
-import type { ProxyConfig, TokenTemplateConfig } from '../config/schema.js';
+import type { ProxyConfig } from '../config/schema.js';
 import { computeFingerprintScope, computeSearchScope } from '../auth/access.js';
 import type { Principal } from '../auth/keys.js';
 import type { AccessRule, Application, ProxySummary, Tenant } from '../auth/tenancy.js';
 import { compiledOr, type Compiled, type Problem } from '../problems.js';
 import type { ReactorDefinition } from '../reactors/runtime.js';
 import { isIdExpression, parseAlias } from '../vault/alias.js';
+import { definitionTemplate, type DefinitionTemplate } from '../vault/definition.js';
 import { checkDataExpression, compileExpression, ExpressionError } from '../vault/expressions.js';
 import { parseDestination, type DestinationBase } from './destination.js';
 
@@ -26,7 +27,8 @@ export interface CompiledField {
   segments: string[];
   /** `card.number`-style path for error messages. */
   label: string;
-  token: TokenTemplateConfig;
+  /** The token each value becomes, without its data (config types stop at the compiler). */
+  token: DefinitionTemplate;
 }
 
 export type RequestStep =
@@ -130,7 +132,7 @@ function tokenizeStep(tr: Extract<ProxyConfig['request_transforms'][number], { t
     if (f.token.deduplicate_token) {
       problems.push(`${here}.token.deduplicate_token: not available in a proxy (deduplication only matches tokens the creator may read, and a proxy reads none)`);
     }
-    return { segments, label: segments.join('.'), token: f.token };
+    return { segments, label: segments.join('.'), token: definitionTemplate(f.token) };
   });
   return { kind: 'tokenize', identifier: tr.identifier, fields };
 }

@@ -58,6 +58,19 @@ export interface Definition {
   expires_at: string | null;
 }
 
+/**
+ * A definition without its data, fixed ahead of time (a proxy's tokenize field, issue 25): the
+ * fields `parseDefinition` reads, frozen, with the data added per value.
+ */
+export type DefinitionTemplate = Readonly<Record<string, unknown>> & { readonly type: TokenType };
+
+/** A template from its declared fields: only the ones set, copied and frozen. */
+export function definitionTemplate(fields: { type: TokenType } & Record<string, unknown>): DefinitionTemplate {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(fields)) if (v !== undefined) setOwn(out, k, v);
+  return Object.freeze(out) as DefinitionTemplate;
+}
+
 export function isDefinitionShape(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v) && 'type' in v && 'data' in v;
 }
