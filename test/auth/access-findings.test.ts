@@ -12,7 +12,7 @@
  */
 import t from 'tap';
 import { baseConfig, KEYS, startTestService, TENANT_A, type TestService } from '../helpers/service.js';
-import { storeKinds } from './stores.js';
+import { storeKinds } from './access-stores.js';
 
 const VISA = '4242424242424242';
 const MC = '5555555555554444';

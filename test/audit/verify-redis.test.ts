@@ -1,4 +1,4 @@
-/** Issue 23 finding 6 on the Redis store: test/cli/verify-audit-suite.ts, tampering with the Redis keys directly. */
+/** Issue 23 finding 6 on the Redis store: test/audit/verify-suite.ts, tampering with the Redis keys directly. */
 import t from 'tap';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { redisForFile, withFreshPrefix } from '../helpers/redis.js';
 import { startTestService, TENANT_A } from '../helpers/service.js';
-import { redisStore, runVerifyAuditSuite } from '../cli/verify-audit-suite.js';
+import { redisStore, runVerifyAuditSuite } from './verify-suite.js';
 
 // Child processes of the CLI compile the TypeScript again: seconds each on a busy machine.
 t.setTimeout(300_000);

@@ -3,7 +3,7 @@
  * reveal/mask/redact, permissions missing at the route or at the container) × tokens in random
  * containers × every token operation (GET, list, search, list and search by fingerprint, PATCH of
  * each field, DELETE, dedupe, tokenize, another tenant's reads), against the real service over HTTP, each answer compared
- * with the reference model of model.ts (written from the README).
+ * with the reference model of access-model.ts (written from the README).
  *
  * One service per rule set, many operations per service. fast-check, seeded: ACCESS_SEED=<n>
  * reproduces a run (the seed is printed at the start and in every failure), ACCESS_RUNS sets the
@@ -13,11 +13,11 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { baseConfig, KEYS, startTestService, type TestService } from '../helpers/service.js';
-import { storeKinds } from './stores.js';
+import { storeKinds } from './access-stores.js';
 import {
   CARD_DEFAULT_FINGERPRINT, CARD_EXPRESSIONS, CONSTANTS, fpClass, grant, holds, isConstant, maskedCard, MASKS, Model, PERMS, render,
   shownData, TOKEN_EXPRESSIONS, type AppSpec, type Card, type MToken, type Perm, type Rule, type TokenType, type Transform,
-} from './model.js';
+} from './access-model.js';
 
 const SEED = process.env.ACCESS_SEED !== undefined ? Number(process.env.ACCESS_SEED) : Math.floor(Math.random() * 2 ** 31);
 const RUNS = Number(process.env.ACCESS_RUNS ?? 16);

@@ -1,5 +1,5 @@
 /**
- * Shared by test/cli/verify-audit.test.ts (embedded) and test/redis/verify-audit.test.ts.
+ * Shared by test/audit/verify.test.ts (embedded) and test/audit/verify-redis.test.ts.
  * Issue 23 finding 6: the audit chain resists someone who can write the store. A real service
  * writes a tenant's trail (reveals), then the store is tampered with DIRECTLY (the SQLite file with
  * better-sqlite3, the Redis keys with ioredis) the way a store writer can: the tail deleted and the

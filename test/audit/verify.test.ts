@@ -1,10 +1,10 @@
-/** Issue 23 finding 6 on the embedded store: verify-audit-suite.ts, tampering with the SQLite file directly. */
+/** Issue 23 finding 6 on the embedded store: verify-suite.ts, tampering with the SQLite file directly. */
 import t from 'tap';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startTestService, TENANT_A } from '../helpers/service.js';
-import { runVerifyAuditSuite, sqliteStore } from './verify-audit-suite.js';
+import { runVerifyAuditSuite, sqliteStore } from './verify-suite.js';
 
 // Child processes of the CLI compile the TypeScript again: seconds each on a busy machine.
 t.setTimeout(300_000);
