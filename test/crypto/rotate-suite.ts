@@ -1,6 +1,6 @@
 /**
  * `tokenproxy rotate-data-key` with the service running (issue 13), for both stores
- * (rotate-embedded.test.ts, rotate-redis.test.ts): the CLI runs as a child process next to two
+ * (rotate.test.ts, rotate-redis.test.ts): the CLI runs as a child process next to two
  * running instances (child processes too) and adds a data key; tokens created before stay
  * readable; an instance picks the new key up periodically (store.data_key_refresh_seconds), on
  * reading a value sealed with it (one refresh) and on reload; tokens sealed after carry the new

@@ -3,7 +3,7 @@ import t from 'tap';
 import pg from 'pg';
 import { postgresForFile, type PostgresDatabase } from '../helpers/postgres.js';
 import { startTestService, type TestService } from '../helpers/service.js';
-import { detokenizeConfig, runDetokenizeSuite } from '../integration/detokenize-suite.js';
+import { detokenizeConfig, runDetokenizeSuite } from './detokenize-suite.js';
 
 const server = await postgresForFile(t);
 if (server) {

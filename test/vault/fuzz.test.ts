@@ -1,5 +1,5 @@
 /**
- * Fuzz suite (suite.ts) on the embedded store: generated /tokenize and /tokens bodies. The
+ * Fuzz suite (fuzz-suite.ts) on the embedded store: generated /tokenize and /tokens bodies. The
  * in-process volume goes to a service on an in-memory SQLite database (the same write code, run
  * in-thread, without an fsync per commit); the bodies over HTTP to a service on a SQLite file
  * (writer thread, WAL, fsync per commit), counted at the end through a second connection.
@@ -8,7 +8,7 @@ import t from 'tap';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { baseConfig, TENANT_A } from '../helpers/service.js';
-import { fuzzStore } from './suite.js';
+import { fuzzStore } from './fuzz-suite.js';
 
 await fuzzStore(t, {
   inProcess: {

@@ -1,7 +1,7 @@
 /** SVC-IDEMPOTENCY-KEY on the PostgreSQL store (issue 24); the scan reads the idempotency rows. */
 import t from 'tap';
 import pg from 'pg';
-import { idempotencySuite } from '../integration/idempotency-suite.js';
+import { idempotencySuite } from './idempotency-suite.js';
 import { postgresForFile, type PostgresDatabase } from '../helpers/postgres.js';
 
 const server = await postgresForFile(t);

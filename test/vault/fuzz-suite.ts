@@ -1,6 +1,6 @@
 /**
  * The fuzz suite of POST /tokenize and POST /tokens (issue 10), run by one file per store kind.
- * Generated bodies (bodies.ts) go to a real service: most in-process, through the same JSON
+ * Generated bodies (fuzz-bodies.ts) go to a real service: most in-process, through the same JSON
  * reading (readJson) and the same TokenService the routes call, which is where the volume comes
  * from; a few thousand over real HTTP to the running server. After every body:
  *
@@ -28,7 +28,7 @@ import { toProblem } from '../../src/errors.js';
 import { readJson } from '../../src/http/body.js';
 import type { Store } from '../../src/store/types.js';
 import { baseConfig, call, KEYS, TENANT_A, startTestService, type StartTestOptions, type TestService } from '../helpers/service.js';
-import { createBody, malformed, NONCE, serialize, tokenizeBody } from './bodies.js';
+import { createBody, malformed, NONCE, serialize, tokenizeBody } from './fuzz-bodies.js';
 
 export const SEED = process.env.FUZZ_SEED !== undefined ? Number(process.env.FUZZ_SEED) : randomInt(2 ** 31);
 const SCALE = Number(process.env.FUZZ_SCALE ?? 1);
@@ -199,7 +199,7 @@ class Oracle {
       throw new Error(`${what}\n  ${route} as ${key}: ${a.status} ${printable(a.text.slice(0, 400))}\n  body: ${printable(text.slice(0, 600))}`);
     };
 
-    // No 5xx. (It found two, both fixed: regressions.test.ts.)
+    // No 5xx. (It found two, both fixed: fuzz-regressions.test.ts.)
     if (a.status >= 500) fail(`a ${a.status} answer`);
 
     // No plaintext in the answer to a key without reveal.

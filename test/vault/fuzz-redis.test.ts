@@ -1,5 +1,5 @@
 /**
- * Fuzz suite (suite.ts) on the Redis store: generated /tokenize and /tokens bodies, in-process and
+ * Fuzz suite (fuzz-suite.ts) on the Redis store: generated /tokenize and /tokens bodies, in-process and
  * over HTTP, each on its own key prefix of a real redis-server. Without AOF: durability is not what
  * this suite tests (test/integration/durability.test.ts does), and an fsync per write would cost
  * most of its volume. The store's count is read around the service, from the tenant's hash of
@@ -9,7 +9,7 @@ import t from 'tap';
 import { Redis } from 'ioredis';
 import { redisForFile, withFreshPrefix, type RedisHandle } from '../helpers/redis.js';
 import { TENANT_A } from '../helpers/service.js';
-import { fuzzStore, type Phase } from './suite.js';
+import { fuzzStore, type Phase } from './fuzz-suite.js';
 
 const redis = await redisForFile(t, { durable: false });
 if (redis) {

@@ -2,7 +2,7 @@
 import t from 'tap';
 import { startTestService } from '../helpers/service.js';
 import { postgresForFile } from '../helpers/postgres.js';
-import { typesOverHttp } from '../vault/token-types-suite.js';
+import { typesOverHttp } from './token-types-suite.js';
 
 const pg = await postgresForFile(t);
 if (pg) t.test('on PostgreSQL', async (t) => typesOverHttp(t, await startTestService(t, { postgres: await pg.database(t) })));

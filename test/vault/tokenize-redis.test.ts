@@ -1,6 +1,6 @@
 /** The tokenize suite on the Redis store (a real redis-server per file, its own key prefix per service). */
 import t from 'tap';
-import { tokenizeSuite } from '../integration/tokenize-suite.js';
+import { tokenizeSuite } from './tokenize-suite.js';
 import { redisForFile, withFreshPrefix } from '../helpers/redis.js';
 
 const redis = await redisForFile(t);

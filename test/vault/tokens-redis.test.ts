@@ -1,6 +1,6 @@
 /** The tokens suite on the Redis store (a real redis-server per file, its own key prefix per service). */
 import t from 'tap';
-import { tokensSuite } from '../integration/tokens-suite.js';
+import { tokensSuite } from './tokens-suite.js';
 import { redisForFile, withFreshPrefix } from '../helpers/redis.js';
 
 const redis = await redisForFile(t);

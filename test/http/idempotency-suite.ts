@@ -1,6 +1,6 @@
 /**
  * SVC-IDEMPOTENCY-KEY over real HTTP (src/http/idempotency.ts), run on each store kind
- * (idempotency.test.ts: embedded; test/redis/idempotency.test.ts: Redis, plus two instances).
+ * (idempotency.test.ts: embedded; test/http/idempotency-redis.test.ts: Redis, plus two instances).
  * `entries(s)` returns every stored idempotency entry of the service's store as raw text (the
  * SQLite row's columns, the Redis hash's fields), for the scans that prove they are ciphertext.
  */

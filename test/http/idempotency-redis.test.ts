@@ -10,7 +10,7 @@ import { redisForFile, withFreshPrefix } from '../helpers/redis.js';
 import { startTestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 import { tokenCount } from '../helpers/tokens.js';
-import { cardBody, idempotencySuite } from '../integration/idempotency-suite.js';
+import { cardBody, idempotencySuite } from './idempotency-suite.js';
 
 // killable: the last test stops Redis and starts it again.
 const redis = await redisForFile(t, { killable: true });

@@ -2,7 +2,7 @@
 import t from 'tap';
 import { startTestService } from '../helpers/service.js';
 import { redisForFile, withFreshPrefix } from '../helpers/redis.js';
-import { typesOverHttp } from '../vault/token-types-suite.js';
+import { typesOverHttp } from './token-types-suite.js';
 
 const redis = await redisForFile(t);
 if (redis) t.test('on Redis', async (t) => typesOverHttp(t, await startTestService(t, { redis: withFreshPrefix(redis) })));

@@ -3,7 +3,7 @@ import t from 'tap';
 import { Redis } from 'ioredis';
 import { redisForFile, withFreshPrefix, type RedisHandle } from '../helpers/redis.js';
 import { startTestService, type TestService } from '../helpers/service.js';
-import { detokenizeConfig, runDetokenizeSuite } from '../integration/detokenize-suite.js';
+import { detokenizeConfig, runDetokenizeSuite } from './detokenize-suite.js';
 
 const redis = await redisForFile(t);
 if (redis) {
