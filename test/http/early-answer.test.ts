@@ -16,7 +16,7 @@ import t, { type Test } from 'tap';
 import { baseConfig, KEYS, startTestService } from '../helpers/service.js';
 import { configWithProxies, PROXY_KEY } from '../helpers/proxy.js';
 import { startUpstream } from '../helpers/upstream.js';
-import { limitedConfig, tenant } from '../rate-limit-http/helpers.js';
+import { limitedConfig, tenant } from '../rate-limit/http-helpers.js';
 
 const SIX_MB = 6 * 1024 * 1024;
 const ROUNDS = 50;

@@ -2,7 +2,7 @@
 import t from 'tap';
 import { startCluster } from '../helpers/cluster.js';
 import { redisForFile } from '../helpers/redis.js';
-import { limitedConfig, tenant } from '../rate-limit-http/helpers.js';
+import { limitedConfig, tenant } from '../rate-limit/http-helpers.js';
 import { exactlyN } from './workers-suite.js';
 
 t.setTimeout(600_000);

@@ -6,7 +6,7 @@ import t from 'tap';
 import { connect } from 'node:net';
 import { alive, logLines, startCluster, workerPids } from '../helpers/cluster.js';
 import { waitFor } from '../helpers/wait.js';
-import { limitedConfig, tenant } from '../rate-limit-http/helpers.js';
+import { limitedConfig, tenant } from '../rate-limit/http-helpers.js';
 
 t.setTimeout(600_000);
 

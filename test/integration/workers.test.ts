@@ -15,7 +15,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { alive, logLines, onNewConnection, servedBy, startCluster, workerPids } from '../helpers/cluster.js';
 import { runCli, writeConfig } from '../helpers/process.js';
 import { waitFor } from '../helpers/wait.js';
-import { limitedConfig, tenant } from '../rate-limit-http/helpers.js';
+import { limitedConfig, tenant } from '../rate-limit/http-helpers.js';
 import { exactlyN } from './workers-suite.js';
 
 t.setTimeout(900_000);

@@ -1,7 +1,7 @@
 /**
  * Fuzz suite (fuzz-suite.ts) on the Redis store: generated /tokenize and /tokens bodies, in-process and
  * over HTTP, each on its own key prefix of a real redis-server. Without AOF: durability is not what
- * this suite tests (test/integration/durability.test.ts does), and an fsync per write would cost
+ * this suite tests (test/store/durability.test.ts does), and an fsync per write would cost
  * most of its volume. The store's count is read around the service, from the tenant's hash of
  * records (store/redis/ layout 4: P t:{T}:r), every 100 bodies and at the end.
  */

@@ -6,7 +6,7 @@
 import t from 'tap';
 import { createHash } from 'node:crypto';
 import { startTestService } from '../helpers/service.js';
-import { client, expectAllowed, limitedConfig, newKey, tenant } from './helpers.js';
+import { client, expectAllowed, limitedConfig, newKey, tenant } from './http-helpers.js';
 
 const PROXY_KEY = newKey();
 const HASHED_KEY = newKey();

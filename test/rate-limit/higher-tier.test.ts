@@ -9,7 +9,7 @@ import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { TIERS } from '../../src/rate-limit/rules.js';
 import { startTestService } from '../helpers/service.js';
-import { client, driveRow, expect429, expectAllowed, limitedConfig, oneToken, tenant } from './helpers.js';
+import { client, driveRow, expect429, expectAllowed, limitedConfig, oneToken, tenant } from './http-helpers.js';
 
 const WINDOW = 1;
 const BLOCK = 3;
@@ -118,4 +118,4 @@ t.test('a custom override turns the private Throttle rule into a Block rule', as
   await driveRow(t, { send: () => c.send('GET', missing(), { key: xBlockPrivate.keys[0][0] }), okStatus: 404, points: 2, durationSeconds: WINDOW, mitigation: { kind: 'block', blockSeconds: BLOCK } });
 });
 
-// The higher tier's proxy endpoint row is driven through /proxy/* in proxy.test.ts.
+// The higher tier's proxy endpoint row is driven through /proxy/* in proxy-endpoint.test.ts.

@@ -8,7 +8,7 @@ import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { clusterForFile, cli } from '../helpers/redis-topology.js';
 import { startTestService } from '../helpers/service.js';
-import { client, limitedConfig, tenant } from './helpers.js';
+import { client, limitedConfig, tenant } from './http-helpers.js';
 import { blockAcross, blockTenant, exactness, exactnessTenants } from './shared-suite.js';
 
 const cluster = await clusterForFile(t);

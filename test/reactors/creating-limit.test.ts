@@ -7,7 +7,7 @@
  */
 import t from 'tap';
 import { startTestService } from '../helpers/service.js';
-import { HttpClient, limitedConfig, tenant } from '../rate-limit-http/helpers.js';
+import { HttpClient, limitedConfig, tenant } from '../rate-limit/http-helpers.js';
 
 const POINTS = 3;
 const x = tenant({

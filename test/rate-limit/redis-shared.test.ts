@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { redisForFile } from '../helpers/redis.js';
 import { startTestService } from '../helpers/service.js';
-import { client, driveRow, limitedConfig, oneToken, tenant, type Reply } from './helpers.js';
+import { client, driveRow, limitedConfig, oneToken, tenant, type Reply } from './http-helpers.js';
 import { blockAcross, blockTenant, exactness, exactnessTenants } from './shared-suite.js';
 
 const redis = await redisForFile(t);

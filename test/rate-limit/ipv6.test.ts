@@ -9,7 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import t, { type Test } from 'tap';
 import { startTestService } from '../helpers/service.js';
-import { client, expect429, expectAllowed, limitedConfig, oneToken, tenant, type HttpClient } from './helpers.js';
+import { client, expect429, expectAllowed, limitedConfig, oneToken, tenant, type HttpClient } from './http-helpers.js';
 
 const LONG = { duration_seconds: 600, block_seconds: 600 };
 const TRUST = { trust_proxy: ['127.0.0.1/32'] };

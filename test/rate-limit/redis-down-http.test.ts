@@ -11,7 +11,7 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { redisForFile } from '../helpers/redis.js';
 import { startTestService } from '../helpers/service.js';
-import { client, expect429, expectAllowed, limitedConfig, oneToken, sleep, tenant, type HttpClient, type Reply } from './helpers.js';
+import { client, expect429, expectAllowed, limitedConfig, oneToken, sleep, tenant, type HttpClient, type Reply } from './http-helpers.js';
 
 const redis = await redisForFile(t, { killable: true });
 if (redis) {

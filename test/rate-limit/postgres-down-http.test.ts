@@ -1,6 +1,6 @@
 /**
  * PostgreSQL killed under running instances that keep both their tokens and their limits there
- * (issue 24). The limits fail as on Redis (rate-limit-http/redis-down.test.ts), and with them the
+ * (issue 24). The limits fail as on Redis (redis-down-http.test.ts), and with them the
  * token store:
  * - `on_store_error: reject`: every limited route answers 503 rate_limit_unavailable (a problem
  *   body, no cause message), without hanging;
@@ -13,7 +13,7 @@ import { randomUUID } from 'node:crypto';
 import { postgresForFile } from '../helpers/postgres.js';
 import { startTestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
-import { client, expect429, expectAllowed, limitedConfig, tenant, type Reply } from './helpers.js';
+import { client, expect429, expectAllowed, limitedConfig, tenant, type Reply } from './http-helpers.js';
 
 /** Generous on a loaded machine, far below a hang. */
 const NO_HANG_MS = 3_000;

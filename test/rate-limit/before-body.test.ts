@@ -7,7 +7,7 @@
  */
 import t from 'tap';
 import { startTestService } from '../helpers/service.js';
-import { client, expect429, expectAllowed, limitedConfig, oneToken, tenant } from './helpers.js';
+import { client, expect429, expectAllowed, limitedConfig, oneToken, tenant } from './http-helpers.js';
 
 const BODY_LIMIT = 1024;
 // App 0 writes (creating tokens: 1 point a minute); app 1 is a fresh key that lists afterwards.

@@ -9,7 +9,7 @@
 import t, { type Test } from 'tap';
 import { randomUUID } from 'node:crypto';
 import { startTestService } from '../helpers/service.js';
-import { client, expect429, expectAllowed, limitedConfig, oneToken, tenant, type HttpClient } from './helpers.js';
+import { client, expect429, expectAllowed, limitedConfig, oneToken, tenant, type HttpClient } from './http-helpers.js';
 
 const LONG = { duration_seconds: 60, block_seconds: 60 };
 const pub = tenant({ custom: { public_key: { points: 2, ...LONG } }, apps: [{ kind: 'public', keys: 2 }] });

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { postgresForFile } from '../helpers/postgres.js';
 import { startTestService } from '../helpers/service.js';
-import { client, driveRow, limitedConfig, oneToken, tenant, type Reply } from './helpers.js';
+import { client, driveRow, limitedConfig, oneToken, tenant, type Reply } from './http-helpers.js';
 import { blockAcross, blockTenant, exactness, exactnessTenants } from './shared-suite.js';
 
 const server = await postgresForFile(t);

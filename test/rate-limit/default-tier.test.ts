@@ -10,7 +10,7 @@ import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { TIERS, RULES } from '../../src/rate-limit/rules.js';
 import { startTestService } from '../helpers/service.js';
-import { client, driveRow, expect429, expectAllowed, limitedConfig, oneToken, tenant } from './helpers.js';
+import { client, driveRow, expect429, expectAllowed, limitedConfig, oneToken, tenant } from './http-helpers.js';
 
 const WINDOW = 1;
 const BLOCK = 3;
@@ -155,7 +155,7 @@ t.test('creating tokens row: POST /tokens and POST /tokenize share one counter',
   });
 });
 
-// The proxy endpoint rows of both tiers are driven through /proxy/* in proxy.test.ts.
+// The proxy endpoint rows of both tiers are driven through /proxy/* in proxy-endpoint.test.ts.
 
 t.test('proxy endpoint row, as data: 500 / 10 s Throttle by SVC-PROXY-KEY on the proxy routes only', async (t) => {
   t.same(TIERS.default.proxy_endpoint, { points: 500, durationSeconds: 10, mitigation: { kind: 'throttle' } });

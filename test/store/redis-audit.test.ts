@@ -5,7 +5,7 @@
 import t from 'tap';
 import { RedisStore } from '../../src/store/redis/index.js';
 import { redisForFile } from '../helpers/redis.js';
-import { AUDIT_TENANT, auditInput, checkChain, SIGN } from '../store/audit-contract.js';
+import { AUDIT_TENANT, auditInput, checkChain, SIGN } from './audit-contract.js';
 
 const redis = await redisForFile(t);
 if (redis) {

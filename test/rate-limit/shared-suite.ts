@@ -5,7 +5,7 @@
  */
 import type { Test } from 'tap';
 import { randomUUID } from 'node:crypto';
-import { client, driveRow, expectAllowed, oneToken, tenant, type BuiltTenant } from './helpers.js';
+import { client, driveRow, expectAllowed, oneToken, tenant, type BuiltTenant } from './http-helpers.js';
 
 /** Tenants for `exactness`: put them in both services' config. */
 export function exactnessTenants(): { seq: BuiltTenant; conc: BuiltTenant } {

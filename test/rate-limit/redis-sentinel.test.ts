@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { sentinelForFile } from '../helpers/redis-topology.js';
 import { startTestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
-import { client, limitedConfig, tenant, type Reply } from './helpers.js';
+import { client, limitedConfig, tenant, type Reply } from './http-helpers.js';
 import { exactness, exactnessTenants } from './shared-suite.js';
 
 const sentinel = await sentinelForFile(t);

@@ -9,7 +9,7 @@
 import t from 'tap';
 import { startTestService } from '../helpers/service.js';
 import { startUpstream } from '../helpers/upstream.js';
-import { addProxy, client, driveRow, expect429, expectAllowed, limitedConfig, reachLimit, sendViaProxy, tenant } from './helpers.js';
+import { addProxy, client, driveRow, expect429, expectAllowed, limitedConfig, reachLimit, sendViaProxy, tenant } from './http-helpers.js';
 
 const WINDOW = 1;
 

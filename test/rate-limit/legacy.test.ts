@@ -9,7 +9,7 @@ import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { RULES, ROUTE_GROUPS, TIERS, ruleMatches } from '../../src/rate-limit/rules.js';
 import { startTestService } from '../helpers/service.js';
-import { client, driveRow, expectAllowed, limitedConfig, oneToken, tenant } from './helpers.js';
+import { client, driveRow, expectAllowed, limitedConfig, oneToken, tenant } from './http-helpers.js';
 
 const WINDOW = 1;
 const BLOCK = 3;

@@ -18,7 +18,7 @@ import t from 'tap';
 import { sentinelForFile } from '../helpers/redis-topology.js';
 import { baseConfig, startTestService } from '../helpers/service.js';
 import { sleep, waitFor } from '../helpers/wait.js';
-import { makeRecord, TENANT_A } from '../store/contract.js';
+import { makeRecord, TENANT_A } from './contract.js';
 import { RedisStore } from '../../src/store/redis/index.js';
 import { StoreUnavailableError } from '../../src/store/types.js';
 
