@@ -10,7 +10,7 @@
  *   `auto` runs as many workers as os.availableParallelism() says for this process (a child
  *   inherits its CPU affinity, which that count follows).
  * - "`SIGHUP` to the primary reloads every worker": SIGHUP sent to the primary (not `tokenproxy
- *   reload`, which test/integration/workers-reload.test.ts runs), each worker logs its own
+ *   reload`, which test/server/workers-reload.test.ts runs), each worker logs its own
  *   `configuration reloaded`, the reload status file names every worker with the signal's
  *   generation and `applied`, and a key the new file removed is refused by every worker.
  */

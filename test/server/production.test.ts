@@ -3,7 +3,7 @@
  * development mode says instead, how NODE_ENV and server.mode combine, server.admin against
  * metrics.port, and that the list of published development keys covers every key the shipped
  * configs and the documentation show. The child-process side (the exact lines on stderr, the
- * exit code, the warnings once) is test/integration/first-hour.test.ts and production-mode.test.ts.
+ * exit code, the warnings once) is first-hour.test.ts and production-mode.test.ts.
  */
 import t from 'tap';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
