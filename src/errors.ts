@@ -1,7 +1,7 @@
 /**
  * The error catalogue: every error the service can answer with, by stable code.
  * Codes are append-only (clients key on them); docs/api.md's "Errors" table is checked against this
- * object by test/unit/docs.test.ts.
+ * object by test/docs/docs.test.ts.
  */
 export const catalogue = {
   // request shape

@@ -19,7 +19,7 @@ import { resolveStorePath } from './store/factory.js';
 
 /**
  * The keys published in config/tokenproxy.yaml, config/compose.yaml and the README examples
- * (test/unit/production.test.ts checks that every key those files show is listed here). Compared
+ * (test/server/production.test.ts checks that every key those files show is listed here). Compared
  * by SHA-256, so a config that lists one as a digest is caught too.
  */
 export const PUBLISHED_DEV_KEYS: readonly string[] = [

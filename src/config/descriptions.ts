@@ -1,7 +1,7 @@
 /**
  * One line per setting for the configuration reference (reference.ts → docs/configuration.md),
  * keyed by the reference's path. A description given in the schema itself (`.describe()`) wins.
- * test/unit/docs.test.ts fails when a setting has neither, so a new setting is documented when
+ * test/docs/docs.test.ts fails when a setting has neither, so a new setting is documented when
  * it is added.
  */
 const T = 'tenants[]';

@@ -2,7 +2,7 @@
  * The configuration reference (docs/configuration.md), generated from the config's JSON Schema
  * (json-schema.ts, itself generated from the zod schema): one row per setting with its type,
  * default and description. `npm run docs:config` rewrites the marked block of the document;
- * test/unit/docs.test.ts fails when the committed block differs from what this generates, or
+ * test/docs/docs.test.ts fails when the committed block differs from what this generates, or
  * when a setting has no description.
  *
  * Descriptions come from the schema (`.describe()` / `.meta({ description })`) when it has one,

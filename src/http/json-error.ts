@@ -8,7 +8,7 @@
  * column C)", which is not used: one way to count for every version) and "Unexpected end of JSON
  * input" for a text that ends early. For an unexpected token it reports no position; then the
  * scanner below finds it: the first character at which the text stops being a JSON text (RFC
- * 8259), which is where V8's positions point too (test/unit/json-error.test.ts checks the two
+ * 8259), which is where V8's positions point too (test/http/json-error.test.ts checks the two
  * agree). When neither gives one, the detail has no position rather than a wrong one.
  */
 import { positionOf } from '../config/text-position.js';

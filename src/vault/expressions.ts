@@ -113,7 +113,7 @@ export function renderExpression(expr: string, data: unknown): string {
  * read directly: liquidjs' render of it cost almost as much as the token's HMAC in a CPU profile of
  * /tokenize (3.6% of the main thread vs 4.6%). Only a string found through own members of plain objects is taken; anything else
  * (an array, a number, a missing member) is rendered by liquidjs as before, so the answer is
- * always liquidjs' (test/unit/expressions-direct.test.ts compares the two).
+ * always liquidjs' (test/vault/expressions-direct.test.ts compares the two).
  */
 const DIRECT = /^\{\{\s*data((?:\.[A-Za-z_][A-Za-z0-9_]*)+)\s*\}\}$/;
 const directPaths = new Map<string, string[] | null>();

@@ -1,5 +1,5 @@
 /**
- * What the first-hour tests share (test/integration/first-hour.test.ts, production-mode.test.ts):
+ * What the first-hour tests share (test/server/first-hour.test.ts, production-mode.test.ts):
  * a copy of a clone's config in a directory of its own, `node src/main.ts` run there as its own
  * process group, and its JSON log lines.
  */

@@ -3,7 +3,7 @@
  * every problem; the model holds domain objects (sorted access rules, key digests, compiled
  * proxies without their config, reactor definitions, the egress policy with its CA files loaded,
  * the request limits with their defaults resolved). The HTTP paths that use the model are tested
- * where they live (test/proxy/, test/access/, test/integration/reload*.test.ts).
+ * where they live (test/proxy/, test/auth/, test/server/reload*.test.ts).
  */
 import t from 'tap';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';

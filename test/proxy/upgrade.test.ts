@@ -13,7 +13,7 @@ import t from 'tap';
 import { startTestService } from '../helpers/service.js';
 import { startEchoUpstream } from '../helpers/upgrade-upstream.js';
 import { configWithProxies, PROXY_KEY, PROXY_KEY_2, PROXY_KEY_3 } from '../helpers/proxy.js';
-import { addProxy, limitedConfig, tenant } from '../rate-limit-http/helpers.js';
+import { addProxy, limitedConfig, tenant } from '../rate-limit/http-helpers.js';
 
 const BLOCK_KEY = 'proxy_key_ws_block_0123456789ab';
 const RESP_KEY = 'proxy_key_ws_resp_0123456789abc';

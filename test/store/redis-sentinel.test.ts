@@ -2,7 +2,7 @@
  * RedisStore through Redis Sentinel (a real primary, replica and 3 sentinels): the Store
  * contract (with the audit and idempotency parts) with `waitReplicas: 1`, so every write also
  * runs WAIT; and a WAIT that cannot be satisfied answers StoreUnavailableError. Failover is
- * test/redis/sentinel-failover.test.ts.
+ * test/store/redis-sentinel-failover.test.ts.
  */
 import t from 'tap';
 import type { Test } from 'tap';

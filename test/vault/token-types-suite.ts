@@ -2,7 +2,7 @@
  * Every token type over HTTP (issue 26), on whichever store the service runs: POST /tokens and
  * /tokenize, what a reveal and a mask reader see, fingerprints, search by type, detokenization,
  * validation errors naming the path and never the value, all or nothing. Run on the embedded
- * store by token-types.test.ts, on Redis and PostgreSQL by test/redis/ and test/postgres/token-types.test.ts.
+ * store by token-types.test.ts, on Redis and PostgreSQL by token-types-redis.test.ts and token-types-postgres.test.ts.
  */
 import type { Test } from 'tap';
 import { abaValid, tokenType } from '../../src/vault/token-types.js';

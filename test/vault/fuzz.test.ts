@@ -1,0 +1,30 @@
+/**
+ * Fuzz suite (fuzz-suite.ts) on the embedded store: generated /tokenize and /tokens bodies. The
+ * in-process volume goes to a service on an in-memory SQLite database (the same write code, run
+ * in-thread, without an fsync per commit); the bodies over HTTP to a service on a SQLite file
+ * (writer thread, WAL, fsync per commit), counted at the end through a second connection.
+ */
+import t from 'tap';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { baseConfig, TENANT_A } from '../helpers/service.js';
+import { fuzzStore } from './fuzz-suite.js';
+
+await fuzzStore(t, {
+  inProcess: {
+    service: { config: { ...baseConfig(), store: { kind: 'embedded', path: ':memory:' } } },
+    runs: Number(process.env.FUZZ_IN_PROCESS ?? 45_000),
+  },
+  http: {
+    service: {},
+    runs: Number(process.env.FUZZ_HTTP ?? 1000),
+    countTokens: async (s) => {
+      const db = new Database(join(s.dataDir, 'tokens.db'), { readonly: true, fileMustExist: true });
+      try {
+        return (db.prepare('SELECT COUNT(*) AS n FROM vault_tokens WHERE tenant = (SELECT n FROM dict WHERE s = ?)').get(TENANT_A) as { n: number }).n;
+      } finally {
+        db.close();
+      }
+    },
+  },
+});
