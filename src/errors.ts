@@ -69,6 +69,8 @@ export const catalogue = {
   metrics_unauthorized: { status: 401, title: 'The metrics bearer token is missing or wrong' },
   // issue 27: a public key used from a page whose origin its application does not list
   origin_not_allowed: { status: 403, title: "The page's origin may not use this key" },
+  // issue 28: applications, proxies and reactors are written in the configuration file, never over the API
+  managed_by_config: { status: 405, title: 'This resource is managed in the configuration file' },
 } as const satisfies Record<string, { status: number; title: string }>;
 
 export type ErrorCode = keyof typeof catalogue;

@@ -23,3 +23,23 @@ export function cursor(raw: unknown): string | null {
   if (typeof raw !== 'string') throw new ServiceError('invalid_cursor');
   return raw;
 }
+
+/**
+ * The page-based lists of the management routes (issue 28), as the original service's clients
+ * iterate them: `page` (1-based) and `size`, answered with the totals. A page past the last is
+ * empty with the same totals: the clients' iterators stop at the first empty page.
+ */
+export interface PageNumbers {
+  total_items: number;
+  page_number: number;
+  page_size: number;
+  total_pages: number;
+}
+
+export function pageOf<T>(items: readonly T[], page: number, size: number): { pagination: PageNumbers; data: T[] } {
+  const from = (page - 1) * size;
+  return {
+    pagination: { total_items: items.length, page_number: page, page_size: size, total_pages: Math.ceil(items.length / size) },
+    data: items.slice(from, from + size),
+  };
+}

@@ -35,6 +35,19 @@ export interface Application {
   readonly fingerprintScope: ScopeRule[] | undefined;
 }
 
+/**
+ * A proxy transform as the original service's clients read it (issue 28: an object, not a string):
+ * a mask's pattern and character, an append's location; never code, a code file's path, or an
+ * appended value (it may be a credential).
+ */
+export interface ProxyTransformView {
+  readonly type: string;
+  readonly matcher?: string;
+  readonly expression?: string;
+  readonly replacement?: string;
+  readonly options?: { readonly identifier?: string; readonly location?: string };
+}
+
 /** What the management routes show of a proxy (no key, no code, no configuration value). */
 export interface ProxySummary {
   readonly id: string;
@@ -43,8 +56,8 @@ export interface ProxySummary {
   readonly require_auth: boolean;
   readonly timeout_ms: number;
   readonly leak_guard: 'off' | 'log' | 'block';
-  readonly request_transforms: readonly string[];
-  readonly response_transforms: readonly string[];
+  readonly request_transforms: readonly ProxyTransformView[];
+  readonly response_transforms: readonly ProxyTransformView[];
 }
 
 /** What the management routes show of a reactor (no code, no configuration value). */
@@ -57,6 +70,8 @@ export interface ReactorSummary {
   readonly warm_concurrency: number;
   readonly max_concurrency: number;
   readonly memory_limit_mb: number;
+  /** The names of its configuration entries (issue 28: values are never shown, none is marked as not secret). */
+  readonly configuration_names: readonly string[];
 }
 
 export interface Tenant extends RateLimitTenant {

@@ -7,7 +7,7 @@
 import { computeFingerprintScope, computeSearchScope, sortRules } from '../auth/access.js';
 import { sha256 } from '../auth/keys.js';
 import type { Application, ReactorSummary, Tenant } from '../auth/tenancy.js';
-import type { ApplicationConfig, TenantConfig } from '../config/schema.js';
+import { MANAGEMENT_READ_PERMISSIONS, type ApplicationConfig, type Permission, type TenantConfig } from '../config/schema.js';
 import { checkAllowedOrigins } from '../http/cors.js';
 import { take, type Compiled, type Problem } from '../problems.js';
 import { compileProxy, type CompiledProxy } from '../proxy/compile.js';
@@ -32,9 +32,20 @@ export function reactorKey(tenantId: string, reactorId: string): string {
   return `${tenantId}/reactor/${reactorId}`;
 }
 
+/**
+ * Issue 28: a management application that lists none of the management reads holds all of them,
+ * so the GET /applications, /proxies and /reactors that every management key had before these
+ * permissions existed keep answering for configs written then. Listing any one of them opts out.
+ */
+function withManagementReads(a: ApplicationConfig): readonly Permission[] {
+  if (a.type !== 'management') return a.permissions;
+  const lists = (p: Permission) => a.permissions.includes(p) || a.rules.some((r) => r.permissions.includes(p));
+  return MANAGEMENT_READ_PERMISSIONS.some(lists) ? a.permissions : [...a.permissions, ...MANAGEMENT_READ_PERMISSIONS];
+}
+
 /** An application's access rules sorted and its scopes computed, once (issue 25). */
 export function compileApplication(a: ApplicationConfig): Application {
-  const grants = { permissions: Object.freeze([...a.permissions]), rules: Object.freeze(sortRules(a.rules).map((r) => Object.freeze({ ...r }))) };
+  const grants = { permissions: Object.freeze([...withManagementReads(a)]), rules: Object.freeze(sortRules(a.rules).map((r) => Object.freeze({ ...r }))) };
   return Object.freeze({
     id: a.id, name: a.name, type: a.type, legacy: a.legacy, allowedOrigins: Object.freeze([...a.allowed_origins]), ...grants,
     searchScope: computeSearchScope(grants), fingerprintScope: computeFingerprintScope(grants),
@@ -50,6 +61,7 @@ export function compileTenant(t: TenantConfig, at: string): Compiled<CompiledTen
   const reactors: ReactorSummary[] = t.reactors.map((r) => Object.freeze({
     id: r.id, name: r.name, key: reactorKey(t.id, r.id), timeout_ms: r.timeout_ms, warm_concurrency: r.warm_concurrency,
     max_concurrency: r.max_concurrency, memory_limit_mb: r.memory_limit_mb,
+    configuration_names: Object.freeze(Object.keys(r.configuration)),
   }));
   // The tenant's proxies are filled in below: a compiled proxy refers to its tenant.
   const proxySummaries: CompiledProxy['settings'][] = [];

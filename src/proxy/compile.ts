@@ -10,7 +10,7 @@ import { transformLimits } from '../config/limits.js';
 import type { ProxyConfig } from '../config/schema.js';
 import { computeFingerprintScope, computeSearchScope } from '../auth/access.js';
 import type { Principal } from '../auth/keys.js';
-import type { AccessRule, Application, ProxySummary, Tenant } from '../auth/tenancy.js';
+import type { AccessRule, Application, ProxySummary, ProxyTransformView, Tenant } from '../auth/tenancy.js';
 import { compiledOr, type Compiled, type Problem } from '../problems.js';
 import type { ReactorDefinition } from '../reactors/runtime.js';
 import { isIdExpression, parseAlias } from '../vault/alias.js';
@@ -89,6 +89,25 @@ function safeUrl(raw: string): string {
   u.password = '';
   u.search = '';
   return u.toString();
+}
+
+/**
+ * A transform as the management routes show it (issue 28: an object in the original's shape): no
+ * code, code file path or appended value, any of which may hold a secret or a host path.
+ */
+function transformView(tr: ProxyConfig['request_transforms'][number] | ProxyConfig['response_transforms'][number]): ProxyTransformView {
+  switch (tr.type) {
+    case 'tokenize':
+      return Object.freeze(tr.identifier === undefined ? { type: tr.type } : { type: tr.type, options: Object.freeze({ identifier: tr.identifier }) });
+    case 'mask':
+      return Object.freeze({ type: tr.type, matcher: 'regex', expression: tr.pattern, replacement: tr.character });
+    case 'append_json':
+      return Object.freeze({ type: tr.type, options: Object.freeze({ location: tr.location }) });
+    case 'append_header':
+      return Object.freeze({ type: tr.type, options: Object.freeze({ location: tr.name }) });
+    default:
+      return Object.freeze({ type: tr.type });
+  }
 }
 
 /** The segments of a pointer that must point below the root, or the problem (prefixed with `at`). */
@@ -200,8 +219,8 @@ export function compileProxy(tenant: Tenant, p: ProxyConfig, at: string): Compil
     const settings: ProxySummary = Object.freeze({
       id: p.id, name: p.name, destination_url: safeUrl(p.destination_url), require_auth: p.require_auth, timeout_ms: p.timeout_ms,
       leak_guard: p.leak_guard,
-      request_transforms: Object.freeze(p.request_transforms.map((x) => x.type)),
-      response_transforms: Object.freeze(p.response_transforms.map((x) => x.type)),
+      request_transforms: Object.freeze(p.request_transforms.map(transformView)),
+      response_transforms: Object.freeze(p.response_transforms.map(transformView)),
     });
     return Object.freeze({
       tenant,

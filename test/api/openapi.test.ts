@@ -45,7 +45,9 @@ t.test('the document', async (t) => {
       t.ok(doc.paths[openApiPath(route.path)]?.[m], `${m.toUpperCase()} ${route.path} is documented`);
     }
   }
-  for (const p of ['/healthz', '/readyz', '/tokenize', '/tokens', '/tokens/{id}', '/tokens/search', '/v2/tokens', '/v2/tokens/search', '/reactors/{id}/react', '/applications', '/proxies', '/reactors', '/proxy/{path}', '/openapi.json']) {
+  for (const p of ['/healthz', '/readyz', '/tokenize', '/tokens', '/tokens/{id}', '/tokens/search', '/v2/tokens', '/v2/tokens/search', '/reactors/{id}/react', '/applications', '/proxies', '/reactors', '/proxy/{path}', '/openapi.json',
+    // issue 28: the management reads
+    '/applications/{id}', '/applications/key', '/proxies/{id}', '/reactors/{id}', '/tenants/self', '/permissions']) {
     t.ok(doc.paths[p], `${p} is there`);
   }
 
@@ -90,6 +92,13 @@ t.test('every route and every error status answers as documented', async (t) => 
   t.equal((await s.call('POST', '/v2/tokens/search', { body: {} })).status, 200);
   t.equal((await s.call('POST', '/reactors/echo/react', { body: { args: { a: 1 } } })).status, 200);
   for (const p of ['/applications', '/proxies', '/reactors']) t.equal((await s.call('GET', p, { key: MANAGEMENT_KEY })).status, 200, p);
+  // issue 28: the management reads and the 405 of a write
+  for (const p of ['/applications/aaaaaaaa-0000-4000-8000-0000000000aa', '/applications/key', '/proxies/echo', '/reactors/echo', '/tenants/self', '/permissions?application_type=public', '/reactors?page=2&size=1']) {
+    t.equal((await s.call('GET', p, { key: MANAGEMENT_KEY })).status, 200, p);
+  }
+  for (const [m, p, status] of [['DELETE', '/proxies/echo', 405], ['GET', '/reactors/nope', 404], ['GET', '/proxies?size=0', 400]] as const) {
+    t.equal((await s.call(m, p, { key: MANAGEMENT_KEY })).status, status, `${m} ${p}`);
+  }
   const proxied = await s.call('POST', '/proxy/things', { body: { a: 1 }, headers: { 'svc-proxy-key': PROXY_KEY } });
   t.equal(proxied.headers.get('svc-proxy-destination-status'), String(proxied.status), "the destination's answer");
   t.equal((await s.call('DELETE', `/tokens/${id}`)).status, 204);

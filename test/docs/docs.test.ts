@@ -90,7 +90,8 @@ t.test('the README fits on a few screens and links every guide (issue 29)', asyn
   const readme = readFileSync('README.md', 'utf8');
   // Five minutes to read: one example per main job (issue 29), the browser's added by issue 27 (was
   // 160), the token types table by issue 26 and the stores' bytes a token by issue 24 (was 170).
-  t.ok(readme.split('\n').length <= 200, `README.md has ${readme.split('\n').length} lines (at most 200)`);
+  // 240, not 200: issue 28 requires the compatibility table ("Coming from the hosted service") in the README.
+  t.ok(readme.split('\n').length <= 240, `README.md has ${readme.split('\n').length} lines (at most 240)`);
   const linked = new Set([...prose(readme).matchAll(/\]\(([^)#\s]+)/g)].map((m) => m[1]));
   for (const doc of [...DOCS.filter((f) => f.startsWith('docs/')), 'SECURITY.md', 'CHANGELOG.md']) t.ok(linked.has(doc), `README links ${doc}`);
 });

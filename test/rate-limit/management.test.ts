@@ -46,13 +46,17 @@ t.test('a management key reads its tenant\'s resources with every key and secret
 
   const proxies = await c.send('GET', '/proxies', { key });
   expectAllowed(t, proxies, 200, 200, 198, 'GET /proxies:');
-  t.match(proxies.body, { data: [{ id: 'billing', destination_url: 'https://upstream.example/api', request_transforms: ['code'] }] });
+  // issue 28: a transform is an object as the original's clients read it, never its code
+  t.match(proxies.body, { data: [{ id: 'billing', destination_url: 'https://upstream.example/api', request_transforms: [{ type: 'code' }] }] });
+  t.notOk('code' in (proxies.body as { data: Array<{ request_transforms: object[] }> }).data[0]!.request_transforms[0]!, 'proxy transform: no code');
   for (const field of ['key', 'key_sha256', 'configuration']) t.notOk(field in (proxies.body as { data: object[] }).data[0], `proxy: no ${field}`);
 
   const reactors = await c.send('GET', '/reactors', { key });
   expectAllowed(t, reactors, 200, 200, 197, 'GET /reactors:');
   t.match(reactors.body, { data: [{ id: 'charge', name: 'charge' }] });
-  for (const field of ['code', 'code_file', 'configuration']) t.notOk(field in (reactors.body as { data: object[] }).data[0], `reactor: no ${field}`);
+  for (const field of ['code', 'code_file']) t.notOk(field in (reactors.body as { data: object[] }).data[0], `reactor: no ${field}`);
+  // issue 28: the configuration's names only, every value redacted (none is marked as not secret)
+  t.same((reactors.body as { data: Array<{ configuration: unknown }> }).data[0]!.configuration, { PASSWORD: '[redacted]' }, 'reactor: configuration names, no values');
 
   const text = apps.text + proxies.text + reactors.text;
   for (const k of allKeys) t.notOk(text.includes(k), 'no API or proxy key in any answer');
