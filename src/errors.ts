@@ -69,6 +69,8 @@ export const catalogue = {
   metrics_unauthorized: { status: 401, title: 'The metrics bearer token is missing or wrong' },
   // issue 27: a public key used from a page whose origin its application does not list
   origin_not_allowed: { status: 403, title: "The page's origin may not use this key" },
+  // issue 28: an asynchronous reactor call's result that is unknown, expired, or another application's
+  reactor_result_not_found: { status: 404, title: 'No reactor result with this request id' },
 } as const satisfies Record<string, { status: number; title: string }>;
 
 export type ErrorCode = keyof typeof catalogue;
