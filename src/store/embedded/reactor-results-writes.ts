@@ -23,13 +23,17 @@ export type ReactorResultOp =
 
 /** The ops' statements on a connection; the returned function runs inside the caller's transaction. */
 export function reactorResultWrites(db: Database.Database): (w: ReactorResultOp) => number {
-  const put = db.prepare<[string, string, string, number]>(
-    `INSERT INTO reactor_results (tenant_id, id, sealed, expires_ms) VALUES (?, ?, ?, ?)
-     ON CONFLICT (tenant_id, id) DO UPDATE SET sealed = excluded.sealed, expires_ms = excluded.expires_ms`,
-  );
-  const purge = db.prepare<[number]>('DELETE FROM reactor_results WHERE expires_ms <= ?');
+  // Prepared at the first write: a file opened for `tokenproxy migrate` may not have the table.
+  let s: { put: Database.Statement<[string, string, string, number]>; purge: Database.Statement<[number]> } | undefined;
   return (w) => {
-    if (w.action === 'put') return put.run(w.entry.tenant_id, w.entry.id, w.entry.sealed, w.entry.expires_ms).changes;
-    return purge.run(w.now).changes;
+    s ??= {
+      put: db.prepare(
+        `INSERT INTO reactor_results (tenant_id, id, sealed, expires_ms) VALUES (?, ?, ?, ?)
+         ON CONFLICT (tenant_id, id) DO UPDATE SET sealed = excluded.sealed, expires_ms = excluded.expires_ms`,
+      ),
+      purge: db.prepare('DELETE FROM reactor_results WHERE expires_ms <= ?'),
+    };
+    if (w.action === 'put') return s.put.run(w.entry.tenant_id, w.entry.id, w.entry.sealed, w.entry.expires_ms).changes;
+    return s.purge.run(w.now).changes;
   };
 }

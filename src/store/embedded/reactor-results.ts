@@ -10,11 +10,10 @@ import type { EmbeddedConnection } from './connection.js';
 
 export class EmbeddedReactorResults implements ReactorResultPort {
   readonly #c: EmbeddedConnection;
-  readonly #get: Database.Statement<[string, string, number], { sealed: string; expires_ms: number }>;
+  #get: Database.Statement<[string, string, number], { sealed: string; expires_ms: number }> | undefined;
 
   constructor(connection: EmbeddedConnection) {
     this.#c = connection;
-    this.#get = connection.db.prepare('SELECT sealed, expires_ms FROM reactor_results WHERE tenant_id = ? AND id = ? AND expires_ms > ?');
   }
 
   async putReactorResult(e: StoredReactorResult): Promise<void> {
@@ -23,7 +22,11 @@ export class EmbeddedReactorResults implements ReactorResultPort {
   }
 
   async getReactorResult(tenantId: string, id: string): Promise<StoredReactorResult | null> {
-    const row = this.#c.run(() => this.#get.get(tenantId, id, Date.now()));
+    // Prepared at the first read: a file opened for `tokenproxy migrate` has no such table yet.
+    const row = this.#c.run(() => {
+      this.#get ??= this.#c.db.prepare('SELECT sealed, expires_ms FROM reactor_results WHERE tenant_id = ? AND id = ? AND expires_ms > ?');
+      return this.#get.get(tenantId, id, Date.now());
+    });
     return row ? { tenant_id: tenantId, id, sealed: row.sealed, expires_ms: Number(row.expires_ms) } : null;
   }
 

@@ -100,9 +100,10 @@ export function openSchema(db: Database.Database, opts: { forMigration?: boolean
   const run = db.transaction((): number => {
     const version = schemaVersion(db);
     if (version > SCHEMA_VERSION) throw new Error(`the database schema (version ${version}) is newer than this tokenproxy understands (${SCHEMA_VERSION})`);
-    // Issue 28: a table added without a format change (reactor-results.ts); a no-op once there.
+    // Issue 28: a table added without a format change (reactor-results-writes.ts), at a service
+    // start only (a `migrate`, a dry run included, changes nothing it does not say); a no-op once there.
     if (version === SCHEMA_VERSION) {
-      db.exec(REACTOR_RESULTS_TABLE);
+      if (!opts.forMigration) db.exec(REACTOR_RESULTS_TABLE);
       return version;
     }
     if (version === 0) {
@@ -113,7 +114,6 @@ export function openSchema(db: Database.Database, opts: { forMigration?: boolean
     if (opts.forMigration) {
       // Formats 1 to 4: their DDL-only steps to 5 now, so every port opens; 5 -> 6 is migrate.ts's.
       if (version < LEGACY_VERSION) upgradeToLegacy(db);
-      db.exec(REACTOR_RESULTS_TABLE);
       return LEGACY_VERSION;
     }
     throw new StoreFormatError(
