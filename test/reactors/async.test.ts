@@ -228,3 +228,14 @@ t.test('shutdown: a run still going when the grace ends is recorded as failed, a
   t.equal(got.body.code, 'reactor_unavailable');
   t.match(got.body.detail, /stopped before the reactor finished/);
 });
+
+t.test("react-async counts on the key's reactor rate-limit row, as /react does", async (t) => {
+  const s = await startTestService(t, { config: config({ rate_limits: { enabled: true, store: 'memory' } }) });
+  const sync = await s.call('POST', '/reactors/echo/react', { key: CALLER, body: { args: {} } });
+  t.equal(sync.status, 200);
+  const before = Number(sync.headers.get('ratelimit-remaining'));
+  t.ok(Number.isInteger(before) && before > 0, `a counted answer (${before} left)`);
+  const started = await s.call('POST', '/reactors/echo/react-async', { key: CALLER, body: { args: {} } });
+  t.equal(started.status, 202);
+  t.equal(Number(started.headers.get('ratelimit-remaining')), before - 1, 'the same counter, one point less');
+});
