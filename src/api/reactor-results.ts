@@ -64,6 +64,8 @@ interface Running {
   done: Promise<void>;
   /** Set at shutdown once the entry was written as failed: the run's own end writes nothing. */
   abandoned: boolean;
+  /** The run ended and its own result is being written: shutdown waits for it instead. */
+  ended: boolean;
   write: (entry: Entry) => Promise<void>;
 }
 
@@ -107,7 +109,7 @@ export class AsyncReactorCalls {
     };
     const deadline = Date.now() + RESTART_WAIT_MS + 2 * reactor.timeout_ms + LOST_AFTER_MS;
     await write({ ...base, state: 'pending', deadline });
-    const entry: Running = { base, done: Promise.resolve(), abandoned: false, write };
+    const entry: Running = { base, done: Promise.resolve(), abandoned: false, ended: false, write };
     entry.done = (async () => {
       let result: Entry;
       try {
@@ -116,6 +118,7 @@ export class AsyncReactorCalls {
         result = { ...base, state: 'failed', problem: failedOf(err, this.#o.log) };
       }
       if (entry.abandoned) return;
+      entry.ended = true;
       await write(result).catch((err: unknown) => {
         // The entry stays pending until its deadline, then answers as lost.
         this.#o.log.error({ reactor: reactor.id, request_id: id, error: { type: err instanceof Error ? err.name : 'unknown' } }, 'storing an asynchronous reactor result failed');
@@ -159,6 +162,8 @@ export class AsyncReactorCalls {
     clearTimeout(timer);
     const left = [...this.#running.entries()];
     await Promise.allSettled(left.map(async ([id, r]) => {
+      // Ended in the meantime: its own result is on its way to the store.
+      if (r.ended) return r.done;
       r.abandoned = true;
       const failed = { code: 'reactor_unavailable' as const, status: 503, detail: 'The service stopped before the reactor finished' };
       try {
