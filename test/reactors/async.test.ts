@@ -163,6 +163,9 @@ t.test('detokenized args: the error result carries no text of the reactor code; 
   t.notMatch(failed.text, cardPattern(number), 'no card number');
   t.notOk(/declined |o-2/.test(failed.text), 'no message from user code, nothing of the args');
   t.type(failed.body.error_id, 'string', 'an error id names the log line');
+  // The same audit event as a synchronous call: the use of the card, by the user's application.
+  const events = await s.svc.store.audit.listAudit(TENANT, { entity_id: card }, { size: 10, after: null });
+  t.ok(events.items.some((e) => e.action === 'reactor.args' && e.application_id === app(3) && e.token_ids.includes(card)), 'the use is in the audit trail');
 
   // A card in the args (plaintext) comes back in the result: sealed in the store all the same.
   const plain = randomCard();
