@@ -242,3 +242,13 @@ t.test("react-async counts on the key's reactor rate-limit row, as /react does",
   t.equal(started.status, 202);
   t.equal(Number(started.headers.get('ratelimit-remaining')), before - 1, 'the same counter, one point less');
 });
+
+t.test('a large body (its args serialized off the event loop, as /react) runs in the background too', async (t) => {
+  const s = await startTestService(t, { config: config() });
+  const big = 'x'.repeat(200 * 1024);
+  const started = await s.call('POST', '/reactors/echo/react-async', { key: CALLER, body: { args: { big } } });
+  t.equal(started.status, 202, started.text.slice(0, 200));
+  const done = await settled(s, 'echo', started.body.asyncReactorRequestId);
+  t.equal(done.status, 200);
+  t.equal(done.body.raw?.big?.length, big.length, 'the whole args reached the reactor and came back');
+});
