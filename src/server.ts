@@ -66,7 +66,7 @@ export interface RunningService {
   /**
    * Graceful stop: /readyz answers 503 at once, the listener stops accepting, idle keep-alive
    * connections are closed, requests in flight get `server.shutdown_grace_ms` to finish (then they
-   * are cut), and only then the reactor host, the store and its writer thread are stopped.
+   * are cut; asynchronous reactor runs get the same grace, then are stored as failed), and only then the reactor host, the store and its writer thread are stopped.
    */
   close(): Promise<void>;
 }
@@ -202,10 +202,15 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     closeSilentConnections(server, config.server.request_header_timeout_ms);
     server.on('upgrade', (req, socket, head) => serving.upgrade(req, socket, head));
     server.on('connect', connectRefuser(log));
-    // After the drain (unshifted later, so it runs first): asynchronous reactor runs get the same
-    // grace, then those still running are stored as failed, before the store and the host close.
-    cleanups.unshift(() => asyncCalls.close(live.current.config.server.shutdown_grace_ms));
-    cleanups.unshift(() => drainServer(server, live.current.config.server.shutdown_grace_ms));
+    cleanups.unshift(async () => {
+      const grace = live.current.config.server.shutdown_grace_ms;
+      const until = Date.now() + grace;
+      await drainServer(server, grace);
+      // Issue 28: asynchronous reactor runs get what is left of the same grace (the exit deadline
+      // counts from the signal), then those still running are stored as failed, before the store
+      // and the reactor host close.
+      await asyncCalls.close(Math.max(0, until - Date.now()));
+    });
     const purge = setInterval(() => {
       store.tokens.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));
       // Issue 28: expired asynchronous reactor results (Redis expires its own).
