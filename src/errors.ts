@@ -71,6 +71,8 @@ export const catalogue = {
   origin_not_allowed: { status: 403, title: "The page's origin may not use this key" },
   // issue 28: applications, proxies and reactors are written in the configuration file, never over the API
   managed_by_config: { status: 405, title: 'This resource is managed in the configuration file' },
+  // issue 28: an asynchronous reactor call's result that is unknown, expired, or another application's
+  reactor_result_not_found: { status: 404, title: 'No reactor result with this request id' },
 } as const satisfies Record<string, { status: number; title: string }>;
 
 export type ErrorCode = keyof typeof catalogue;

@@ -13,6 +13,7 @@ import { managementRoutes } from './api/management.js';
 import { openApiRoutes } from './api/openapi.js';
 import { proxyRoutes } from './api/proxy.js';
 import { reactorRoutes } from './api/reactors.js';
+import { AsyncReactorCalls, asyncReactorRoutes } from './api/reactor-results.js';
 import { tokenRoutes } from './api/tokens.js';
 import { detokenizeRoutes } from './api/detokenize.js';
 import { AuditTrail } from './audit/trail.js';
@@ -65,7 +66,7 @@ export interface RunningService {
   /**
    * Graceful stop: /readyz answers 503 at once, the listener stops accepting, idle keep-alive
    * connections are closed, requests in flight get `server.shutdown_grace_ms` to finish (then they
-   * are cut), and only then the reactor host, the store and its writer thread are stopped.
+   * are cut; asynchronous reactor runs get the same grace, then are stored as failed), and only then the reactor host, the store and its writer thread are stopped.
    */
   close(): Promise<void>;
 }
@@ -73,7 +74,7 @@ export interface RunningService {
 export interface StartOptions {
   log?: Logger;
   /**
-   * For tests only (issue 30): how often the expired cvcs (default every 60 s) and idempotency
+   * For tests only (issue 30): how often the expired cvcs and reactor results (default every 60 s) and idempotency
    * entries (every 10 minutes) are purged, so a test can watch the service's own purge without
    * waiting minutes. Nothing in the config or the command line sets it; `tokenproxy start` never
    * passes it.
@@ -142,6 +143,8 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     const metricsHttp = metricsEndpoint(config.metrics, adminListener(config), metrics);
     const idempotency = new Idempotency({ store: ports.idempotency, ring, log, ...(opts.purgeEveryMs?.idempotency ? { purgeEveryMs: opts.purgeEveryMs.idempotency } : {}) });
     cleanups.push(() => idempotency.close());
+    // Issue 28: asynchronous reactor calls' background runs, their results sealed in the store.
+    const asyncCalls = new AsyncReactorCalls({ store: ports.reactorResults, ring, log });
     const serve = (model: Model): Serving => {
       const { limits: server, cors } = model;
       const proxies = new InboundProxy(model.proxies, {
@@ -153,7 +156,9 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
         egress: model.egress, detokenizer, bodyLimit: server.bodyLimitBytes, maxDepth: server.maxDepth,
       });
       const routes: Route[] = [
-        ...healthRoutes(store, () => draining), ...tokenRoutes(tokens), ...managementRoutes(), ...reactorRoutes(reactors.runtime, tokens, detokenizer), ...proxyRoutes(proxies, outbound),
+        ...healthRoutes(store, () => draining), ...tokenRoutes(tokens), ...managementRoutes(), ...reactorRoutes(reactors.runtime, tokens, detokenizer),
+        ...asyncReactorRoutes({ runtime: reactors.runtime, tokens, detokenizer, calls: asyncCalls, ttlMs: model.config.reactors.async_result_ttl_seconds * 1000 }),
+        ...proxyRoutes(proxies, outbound),
         ...detokenizeRoutes(detokenizer, audit), ...metricsHttp.routes, ...elementsRoutes(model.keys, cors),
       ];
       routes.push(...openApiRoutes(() => routes));
@@ -197,9 +202,19 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     closeSilentConnections(server, config.server.request_header_timeout_ms);
     server.on('upgrade', (req, socket, head) => serving.upgrade(req, socket, head));
     server.on('connect', connectRefuser(log));
-    cleanups.unshift(() => drainServer(server, live.current.config.server.shutdown_grace_ms));
+    cleanups.unshift(async () => {
+      const grace = live.current.config.server.shutdown_grace_ms;
+      const until = Date.now() + grace;
+      await drainServer(server, grace);
+      // Issue 28: asynchronous reactor runs get what is left of the same grace (the exit deadline
+      // counts from the signal), then those still running are stored as failed, before the store
+      // and the reactor host close.
+      await asyncCalls.close(Math.max(0, until - Date.now()));
+    });
     const purge = setInterval(() => {
       store.tokens.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));
+      // Issue 28: expired asynchronous reactor results (Redis expires its own).
+      store.reactorResults.purgeReactorResults(new Date()).catch(() => log.warn('reactor result purge failed; will retry'));
     }, opts.purgeEveryMs?.cvc ?? CVC_PURGE_INTERVAL_MS);
     purge.unref();
     cleanups.unshift(() => clearInterval(purge));

@@ -10,6 +10,7 @@ import { sendJson } from '../http/respond.js';
 import { countReactorTokenize } from '../rate-limit/stage.js';
 import { withholdUserText } from '../reactors/failures.js';
 import type { ReactorRuntime } from '../reactors/runtime.js';
+import type { ReactorSummary } from '../auth/tenancy.js';
 import type { TokenService } from '../vault/service.js';
 import { ExpressionScan } from '../detokenize/expressions.js';
 import type { Detokenizer } from '../detokenize/service.js';
@@ -17,9 +18,9 @@ import { z } from 'zod';
 import type { RouteSchemas } from '../http/route-schema.js';
 import { AnyJson, problem } from './schemas.js';
 
-const BODY_DETAIL = 'The body must be an object: {"args": …}';
+export const BODY_DETAIL = 'The body must be an object: {"args": …}';
 
-const reactSchemas: RouteSchemas = {
+export const reactSchemas: RouteSchemas = {
   summary: "Run one of the tenant's reactors",
   tags: ['reactors'],
   params: z.object({ id: z.string().describe('The reactor id') }),
@@ -61,7 +62,69 @@ async function detokenizeArgs(detokenizer: Detokenizer, ctx: ApiContext, args: u
   return { args: (await scan.render(resolved)).json(args), used: true };
 }
 
-const noReactor = () => new ServiceError('not_found', { detail: 'No reactor with this id' });
+export const noReactor = () => new ServiceError('not_found', { detail: 'No reactor with this id' });
+
+/**
+ * A reactor call made ready to run (issue 28: shared by the synchronous and the asynchronous
+ * route): the body checked and its args detokenized, as the caller, before anything runs.
+ */
+export interface PreparedCall {
+  input: { args: unknown } | { argsJson: string };
+  /** The args held detokenized values: errors carry no text of the reactor's code (issue 23). */
+  detokenized: boolean;
+  /** The args' string values (cut out of the withheld error's log line). */
+  values: () => string[];
+}
+
+/** The tenant's reactor named by the path; 404 (as for another tenant's) when it is not there. */
+export function reactorOf(runtime: ReactorRuntime | null, ctx: ApiContext): ReactorSummary {
+  const reactor = runtime ? ctx.principal.tenant.reactors.find((r) => r.id === ctx.params.id) : undefined;
+  if (!reactor) throw noReactor();
+  return reactor;
+}
+
+export async function prepareCall(ctx: ApiContext, detokenizer: Detokenizer | undefined): Promise<PreparedCall> {
+  const body = ctx.body;
+  // A large body was checked and its args serialized in the JSON worker (src/http/large-json.ts).
+  // Only a body that holds "{{" can hold an expression: the large path stays off this thread otherwise.
+  if (body instanceof ReactorArgsJson && !(detokenizer && body.argsJson.includes('{{'))) {
+    return { input: { argsJson: body.argsJson }, detokenized: false, values: () => [] };
+  }
+  let args: unknown;
+  if (body instanceof ReactorArgsJson) args = body.argsJson === '' ? undefined : JSON.parse(body.argsJson);
+  else if (!isObject(body)) throw new ServiceError('validation_failed', { detail: BODY_DETAIL });
+  else args = body.args;
+  let detokenized = false;
+  if (detokenizer) ({ args, used: detokenized } = await detokenizeArgs(detokenizer, ctx, args));
+  const ready = args;
+  return { input: { args: ready }, detokenized, values: () => stringLeaves(ready) };
+}
+
+/**
+ * Runs a prepared call and makes its answer, `{raw, tokens}`: what the synchronous route sends and
+ * the asynchronous one keeps. Throws the call's ServiceError (user text withheld as issue 23 says).
+ */
+export async function runCall(runtime: ReactorRuntime, tokens: TokenService, ctx: ApiContext, reactor: ReactorSummary, call: PreparedCall): Promise<{ raw: unknown; tokens: unknown }> {
+  let result: unknown;
+  try {
+    result = 'argsJson' in call.input
+      ? await runtime.invoke(reactor.key, { argsJson: call.input.argsJson }, { log: ctx.log })
+      : await runtime.invoke(reactor.key, { args: call.input.args }, { log: ctx.log });
+  } catch (err) {
+    // Issue 23: args that held detokenized values get no text of the reactor's code back
+    // (whatever the caller's read rights: one rule, and no store read on a failing call).
+    if (err instanceof ServiceError && call.detokenized) throw withholdUserText(err, ctx.log, reactor.key, call.values());
+    throw err;
+  }
+  if (result !== undefined && !isObject(result)) {
+    throw new ServiceError('reactor_invalid_output', { detail: 'A reactor must return an object {raw?, tokenize?}' });
+  }
+  const out = result ?? {};
+  // Issue 31: what the reactor tokenizes counts on the caller's creating rules, as /tokenize.
+  if (out.tokenize !== undefined) await countReactorTokenize(ctx);
+  const tokensOut = out.tokenize === undefined ? null : await tokens.tokenize(ctx.principal, out.tokenize);
+  return { raw: out.raw ?? null, tokens: tokensOut };
+}
 
 export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenService, detokenizer?: Detokenizer): Route[] {
   return [
@@ -75,45 +138,13 @@ export function reactorRoutes(runtime: ReactorRuntime | null, tokens: TokenServi
       schemas: reactSchemas,
       // Before the body is read: another tenant's reactor is as missing as an unknown one.
       check: (ctx) => {
-        if (!runtime || !ctx.principal.tenant.reactors.some((r) => r.id === ctx.params.id)) throw noReactor();
+        reactorOf(runtime, ctx);
       },
       handle: async (ctx) => {
-        if (!runtime) throw noReactor();
-        const p = ctx.principal;
         // Another tenant's reactor is as missing as an unknown one (the check stage said so already).
-        const reactor = p.tenant.reactors.find((r) => r.id === ctx.params.id);
-        if (!reactor) throw noReactor();
-        const body = ctx.body;
-        const key = reactor.key;
-        let result: unknown;
-        // A large body was checked and its args serialized in the JSON worker (src/http/large-json.ts).
-        // Only a body that holds "{{" can hold an expression: the large path stays off this thread otherwise.
-        if (body instanceof ReactorArgsJson && !(detokenizer && body.argsJson.includes('{{'))) {
-          result = await runtime.invoke(key, { argsJson: body.argsJson }, { log: ctx.log });
-        } else {
-          let args: unknown;
-          if (body instanceof ReactorArgsJson) args = body.argsJson === '' ? undefined : JSON.parse(body.argsJson);
-          else if (!isObject(body)) throw new ServiceError('validation_failed', { detail: BODY_DETAIL });
-          else args = body.args;
-          let detokenized = false;
-          if (detokenizer) ({ args, used: detokenized } = await detokenizeArgs(detokenizer, ctx, args));
-          try {
-            result = await runtime.invoke(key, { args }, { log: ctx.log });
-          } catch (err) {
-            // Issue 23: args that held detokenized values get no text of the reactor's code back
-            // (whatever the caller's read rights: one rule, and no store read on a failing call).
-            if (err instanceof ServiceError && detokenized) throw withholdUserText(err, ctx.log, key, stringLeaves(args));
-            throw err;
-          }
-        }
-        if (result !== undefined && !isObject(result)) {
-          throw new ServiceError('reactor_invalid_output', { detail: 'A reactor must return an object {raw?, tokenize?}' });
-        }
-        const out = result ?? {};
-        // Issue 31: what the reactor tokenizes counts on the caller's creating rules, as /tokenize.
-        if (out.tokenize !== undefined) await countReactorTokenize(ctx);
-        const tokensOut = out.tokenize === undefined ? null : await tokens.tokenize(p, out.tokenize);
-        sendJson(ctx.res, 200, { raw: out.raw ?? null, tokens: tokensOut }, ctx.headers);
+        const reactor = reactorOf(runtime, ctx);
+        const call = await prepareCall(ctx, detokenizer);
+        sendJson(ctx.res, 200, await runCall(runtime!, tokens, ctx, reactor, call), ctx.headers);
       },
     },
   ];

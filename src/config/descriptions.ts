@@ -51,6 +51,7 @@ export const CONFIG_DESCRIPTIONS: Record<string, string> = {
   'server.admin.port': 'Port of the admin listener (0: any free port); must differ from `server.port`.',
   [`${T}.outbound.allowed_destinations`]: 'Origins the outbound proxy (`/proxy` with `SVC-PROXY-URL`) may send to, e.g. `https://*.stripe.com` (a `*` is one DNS label and needs a fixed registrable domain after it: `https://*`, `*.com`, `*.co.uk` are refused), each optionally `{ origin, tls: { ca_file } }`; empty: the outbound proxy refuses every destination.',
   [`${T}.outbound.timeout_ms`]: 'How long an outbound destination may take to answer (and its host to resolve).',
+  'reactors.async_result_ttl_seconds': 'How long the result of an asynchronous reactor call (`POST /reactors/{id}/react-async`) is kept, sealed in the token store, for `GET /reactors/{id}/results/{requestId}`; counted from the call, and again from when its run ended. Then it is gone (`404 reactor_result_not_found`).',
   'store.cvc_retention_seconds': "How long a card's cvc is kept; then it is purged from storage.",
   'secrets.master_key_file': 'File holding the master key (32 raw bytes or their base64); `TOKENPROXY_MASTER_KEY` wins over it.',
   'log.level': 'Least severe level logged (JSON lines on stdout).',

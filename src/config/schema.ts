@@ -341,6 +341,12 @@ export const configSchema = z.strictObject({
       host: z.string().optional(),
     })
     .prefault({}),
+  /** Issue 28: what the service keeps of asynchronous reactor calls (api/reactor-results.ts). */
+  reactors: z
+    .strictObject({
+      async_result_ttl_seconds: z.number().int().min(1).max(30 * 86_400).default(86_400),
+    })
+    .prefault({}),
   tenants: z.array(tenant).default([]),
 });
 

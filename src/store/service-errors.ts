@@ -16,10 +16,11 @@
 import { ServiceError } from '../errors.js';
 import { InvalidCursorError } from './codec.js';
 import type { IdempotencyPort } from './idempotency.js';
+import type { ReactorResultPort } from './reactor-results.js';
 import { StoreUnavailableError, type AuditPort, type DataKeyPort, type Store, type TokenPort } from './types.js';
 
 /** The four ports of a store, as the request path sees them. */
-export type ServicePorts = Pick<Store, 'tokens' | 'audit' | 'dataKeys' | 'idempotency'>;
+export type ServicePorts = Pick<Store, 'tokens' | 'audit' | 'dataKeys' | 'idempotency' | 'reactorResults'>;
 
 /** The service error a store failure is answered with; anything else is returned as it is. */
 export function toServiceError(err: unknown): unknown {
@@ -44,6 +45,7 @@ const DATA_KEY_METHODS: Record<keyof DataKeyPort, true> = { listDataKeys: true, 
 const IDEMPOTENCY_METHODS: Record<keyof IdempotencyPort, true> = {
   claimIdempotencyKey: true, completeIdempotencyKey: true, releaseIdempotencyKey: true, purgeIdempotencyKeys: true,
 };
+const REACTOR_RESULT_METHODS: Record<keyof ReactorResultPort, true> = { putReactorResult: true, getReactorResult: true, purgeReactorResults: true };
 
 type Method = (...args: unknown[]) => Promise<unknown>;
 
@@ -68,5 +70,6 @@ export function servicePorts(store: ServicePorts): ServicePorts {
     audit: mapped(store.audit, AUDIT_METHODS),
     dataKeys: mapped(store.dataKeys, DATA_KEY_METHODS),
     idempotency: mapped(store.idempotency, IDEMPOTENCY_METHODS),
+    reactorResults: mapped(store.reactorResults, REACTOR_RESULT_METHODS),
   };
 }

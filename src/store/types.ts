@@ -1,6 +1,7 @@
 import type { AuditAnchorSigner } from './audit.js';
 import type { AuditEvent, AuditEventInput, AuditFilter, AuditPageResult, StoredAuditHead } from './audit.js';
 import type { IdempotencyPort } from './idempotency.js';
+import type { ReactorResultPort } from './reactor-results.js';
 
 /**
  * What the stores keep: the records of the four ports (below) and their errors. Implementations
@@ -203,6 +204,8 @@ export interface Store {
   readonly dataKeys: DataKeyPort;
   /** Idempotency entries (SVC-IDEMPOTENCY-KEY): store/idempotency.ts. */
   readonly idempotency: IdempotencyPort;
+  /** Asynchronous reactor calls' results (issue 28): store/reactor-results.ts. */
+  readonly reactorResults: ReactorResultPort;
   /**
    * The format upgrade of this backend, for `tokenproxy migrate`; absent when the backend has none
    * to run outside start-up. A store opened for migration (its connect's `forMigration` option)

@@ -1,6 +1,6 @@
 /**
  * The Store contract (store/types.ts, issue 24 item 5): one suite per port (tokens-contract.ts,
- * audit-contract.ts, data-keys-contract.ts, idempotency-contract.ts) and the lifecycle below, run
+ * audit-contract.ts, data-keys-contract.ts, idempotency-contract.ts, reactor-results-contract.ts) and the lifecycle below, run
  * against every backend by embedded.test.ts, redis.test.ts and postgres.test.ts.
  * `makeStore(t)` returns a fresh, empty store and registers its own teardown on `t`.
  */
@@ -9,6 +9,7 @@ import { StoreUnavailableError, type Store } from '../../src/store/types.js';
 import { AUDIT_TENANT, auditInput, runAuditContract, SIGN } from './audit-contract.js';
 import { runDataKeysContract } from './data-keys-contract.js';
 import { runIdempotencyContract } from './idempotency-contract.js';
+import { runReactorResultsContract } from './reactor-results-contract.js';
 import { makeRecord, runTokensContract, TENANT_A, TENANT_B } from './tokens-contract.js';
 
 export { makeRecord, TENANT_A, TENANT_B } from './tokens-contract.js';
@@ -21,6 +22,7 @@ async function caught(p: Promise<unknown>): Promise<unknown> {
 
 export function runContract(t: Test, makeStore: MakeStore): void {
   runIdempotencyContract(t, makeStore, [TENANT_A, TENANT_B]);
+  runReactorResultsContract(t, makeStore, [TENANT_A, TENANT_B]);
   runAuditContract(t, makeStore);
   runTokensContract(t, makeStore);
   runDataKeysContract(t, makeStore);
@@ -37,5 +39,7 @@ export function runContract(t: Test, makeStore: MakeStore): void {
     t.ok((await caught(s.audit.appendAudit(AUDIT_TENANT, [auditInput()], SIGN))) instanceof StoreUnavailableError, 'audit: an append');
     t.ok((await caught(s.dataKeys.listDataKeys())) instanceof StoreUnavailableError, 'data keys: a read');
     t.ok((await caught(s.idempotency.claimIdempotencyKey({ tenant_id: TENANT_A, key: 'k' }, 'o', 's', 60_000))) instanceof StoreUnavailableError, 'idempotency: a claim');
+    t.ok((await caught(s.reactorResults.getReactorResult(TENANT_A, 'r'))) instanceof StoreUnavailableError, 'reactor results: a read');
+    t.ok((await caught(s.reactorResults.putReactorResult({ tenant_id: TENANT_A, id: 'r', sealed: 's', expires_ms: Date.now() + 60_000 }))) instanceof StoreUnavailableError, 'reactor results: a write');
   });
 }

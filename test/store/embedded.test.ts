@@ -228,3 +228,23 @@ t.test('a file newer than this code is refused, and left as it was', async (t) =
   t.teardown(() => check.close());
   t.equal(check.pragma('user_version', { simple: true }), 99);
 });
+
+t.test('a format 6 file of an earlier release (no reactor results table, issue 28): a start adds the table, its tokens untouched', async (t) => {
+  const path = join(tempDir(t), 'tokens.db');
+  const before = new EmbeddedStore(path);
+  const r = makeRecord();
+  await before.tokens.insertMany([r]);
+  await before.close();
+  const db = new Database(path);
+  db.exec('DROP TABLE reactor_results');
+  const version = db.pragma('user_version', { simple: true });
+  db.close();
+  const store = new EmbeddedStore(path);
+  t.teardown(() => store.close());
+  t.same(await store.tokens.get(TENANT_A, r.id), r, 'the token reads as before');
+  await store.reactorResults.putReactorResult({ tenant_id: TENANT_A, id: 'r1', sealed: 's', expires_ms: Date.now() + 60_000 });
+  t.equal((await store.reactorResults.getReactorResult(TENANT_A, 'r1'))?.sealed, 's', 'the table is there and works');
+  const after = new Database(path, { readonly: true });
+  t.equal(after.pragma('user_version', { simple: true }), version, 'the format number is unchanged');
+  after.close();
+});

@@ -164,7 +164,7 @@ function registerSchemaTests(t: Test, server: PostgresServer, open: (t: Test, ur
     const full = await v1(true);
     const err = await PostgresStore.connect({ url: full.db.url }).then(() => null, (e: unknown) => e);
     t.ok(err instanceof StoreFormatError, `StoreFormatError (${String(err)})`);
-    t.match(err instanceof Error ? err.message : '', /format 1, this version reads format 2: .*pre-release/, 'names both versions');
+    t.match(err instanceof Error ? err.message : '', new RegExp(`format 1, this version reads format ${SCHEMA_VERSION}: .*pre-release`), 'names both versions');
     t.same((await full.client.query('SELECT version FROM tokenproxy.schema_version')).rows, [{ version: 1 }], 'nothing changed');
     t.equal((await full.client.query('SELECT count(*)::int AS n FROM tokenproxy.tokens')).rows[0].n, 1, 'the token is still there');
 
@@ -175,6 +175,25 @@ function registerSchemaTests(t: Test, server: PostgresServer, open: (t: Test, ur
     const r = makeRecord();
     await store.tokens.insertMany([r]);
     t.same(await store.tokens.get(TENANT_A, r.id), r, 'tokens written and read in the new format');
+  });
+
+  t.test('a version-2 database (issue 28): upgraded at start by adding the reactor results table, its tokens untouched', async (t) => {
+    const db = await server.database(t);
+    const before = await PostgresStore.connect({ url: db.url });
+    const r = makeRecord();
+    await before.tokens.insertMany([r]);
+    await before.close();
+    const client = new pg.Client(db.url);
+    await client.connect();
+    t.teardown(() => client.end());
+    // What a database of the previous release holds: version 2, no reactor results table.
+    await client.query('DROP TABLE tokenproxy.reactor_results');
+    await client.query('UPDATE tokenproxy.schema_version SET version = 2');
+    const store = await open(t, db.url);
+    t.same((await client.query('SELECT version FROM tokenproxy.schema_version')).rows, [{ version: SCHEMA_VERSION }], 'upgraded');
+    t.same(await store.tokens.get(TENANT_A, r.id), r, 'the token reads as before');
+    await store.reactorResults.putReactorResult({ tenant_id: TENANT_A, id: 'r1', sealed: 's', expires_ms: Date.now() + 60_000 });
+    t.equal((await store.reactorResults.getReactorResult(TENANT_A, 'r1'))?.sealed, 's', 'the new table works');
   });
 
   t.test('a schema newer than the code: refused, naming both versions', async (t) => {

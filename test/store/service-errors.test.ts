@@ -57,6 +57,7 @@ t.test('a failing store: 503 store_unavailable on every port, the store error as
     audit: await caught(ports.audit.auditHead(AUDIT_TENANT)),
     dataKeys: await caught(ports.dataKeys.listDataKeys()),
     idempotency: await caught(ports.idempotency.releaseIdempotencyKey({ tenant_id: TENANT_A, key: 'k' }, 'o')),
+    reactorResults: await caught(ports.reactorResults.getReactorResult(TENANT_A, 'r')),
   };
   for (const [port, err] of Object.entries(failures)) {
     t.ok(err instanceof ServiceError, `${port}: a ServiceError`);
@@ -71,7 +72,7 @@ t.test('every method of every port is wrapped, and looked up at each call (ports
   const store = open(t);
   const ports = servicePorts(store);
   const methods = (o: object) => Object.getOwnPropertyNames(Object.getPrototypeOf(o)).filter((m) => m !== 'constructor').sort();
-  for (const port of ['tokens', 'audit', 'dataKeys', 'idempotency'] as const) {
+  for (const port of ['tokens', 'audit', 'dataKeys', 'idempotency', 'reactorResults'] as const) {
     t.same(Object.keys(ports[port]).sort(), methods(store[port]), `${port}: the backend's methods, no more, no fewer`);
   }
   const calls: string[] = [];

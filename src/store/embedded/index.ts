@@ -1,6 +1,6 @@
 /**
  * The embedded store: one SQLite file (better-sqlite3), for a single instance. Its four ports
- * (issue 24 item 5: tokens.ts, audit.ts, data-keys.ts, idempotency.ts) share one connection
+ * (issue 24 item 5: tokens.ts, audit.ts, data-keys.ts, idempotency.ts; reactor-results.ts, issue 28) share one connection
  * (connection.ts: the file, this thread's reads, the writer thread's group commit) and one schema
  * (schema.ts).
  */
@@ -11,6 +11,7 @@ import { EmbeddedConnection } from './connection.js';
 import { EmbeddedDataKeys } from './data-keys.js';
 import { EmbeddedIdempotency } from './idempotency.js';
 import { EmbeddedMigrator } from './migrate.js';
+import { EmbeddedReactorResults } from './reactor-results.js';
 import { EmbeddedTokens } from './tokens.js';
 
 export class EmbeddedStore implements Store {
@@ -19,6 +20,7 @@ export class EmbeddedStore implements Store {
   readonly audit: EmbeddedAudit;
   readonly dataKeys: EmbeddedDataKeys;
   readonly idempotency: EmbeddedIdempotency;
+  readonly reactorResults: EmbeddedReactorResults;
   readonly #c: EmbeddedConnection;
   readonly #ping: { get(): unknown };
 
@@ -33,6 +35,7 @@ export class EmbeddedStore implements Store {
     this.#ping = this.#c.db.prepare('SELECT 1');
     this.audit = new EmbeddedAudit(this.#c);
     this.idempotency = new EmbeddedIdempotency(this.#c);
+    this.reactorResults = new EmbeddedReactorResults(this.#c);
   }
 
   /** The 5 -> 6 conversion (migrate.ts); run with the service stopped. */

@@ -5,6 +5,7 @@
 import type { WrappedDataKey } from '../types.js';
 import type { AuditEvent, AuditHead, StoredAuditHead } from '../audit.js';
 import type { IdempotencyOp } from './idempotency-writes.js';
+import type { ReactorResultOp } from './reactor-results-writes.js';
 import type { TokenColumns } from './format.js';
 
 export type Params = Record<string, string | number | null>;
@@ -28,6 +29,7 @@ export type WriteOp =
   | { op: 'purgeCvc'; now: number }
   | { op: 'addKey'; key: WrappedDataKey }
   | IdempotencyOp
+  | ReactorResultOp
   /**
    * Audit append as a compare-and-set (the main thread chained the events and anchored the new
    * head: the key never reaches the writer): written only while the head is still `expect`.

@@ -9,6 +9,7 @@ import type Database from 'better-sqlite3';
 import { StoreFormatError } from '../types.js';
 import { FORMAT_VERSION, SCHEMA_V6 } from './format.js';
 import { MIGRATE_IDEMPOTENCY } from './idempotency-writes.js';
+import { REACTOR_RESULTS_TABLE } from './reactor-results-writes.js';
 import { retryBusy } from './writer.js';
 
 export const SCHEMA_VERSION = FORMAT_VERSION;
@@ -99,9 +100,14 @@ export function openSchema(db: Database.Database, opts: { forMigration?: boolean
   const run = db.transaction((): number => {
     const version = schemaVersion(db);
     if (version > SCHEMA_VERSION) throw new Error(`the database schema (version ${version}) is newer than this tokenproxy understands (${SCHEMA_VERSION})`);
-    if (version === SCHEMA_VERSION) return version;
+    // Issue 28: a table added without a format change (reactor-results-writes.ts), at a service
+    // start only (a `migrate`, a dry run included, changes nothing it does not say); a no-op once there.
+    if (version === SCHEMA_VERSION) {
+      if (!opts.forMigration) db.exec(REACTOR_RESULTS_TABLE);
+      return version;
+    }
     if (version === 0) {
-      db.exec(SHARED + SCHEMA_V6);
+      db.exec(SHARED + SCHEMA_V6 + REACTOR_RESULTS_TABLE);
       db.pragma(`user_version = ${SCHEMA_VERSION}`);
       return SCHEMA_VERSION;
     }

@@ -13,6 +13,7 @@ import { isMainThread, parentPort, Worker, workerData, type MessagePort } from '
 import { encodeEvent, type AuditHead } from '../audit.js';
 import { DuplicateTokenError, StoreUnavailableError, type StoredToken } from '../types.js';
 import { idempotencyWrites } from './idempotency-writes.js';
+import { reactorResultWrites } from './reactor-results-writes.js';
 import { cvcOf, fromRow, packHex, packId, ROW_COLUMNS, TokenWrites, type Packed, type TokenRow } from './format.js';
 import { decodeRequests, decodeResults, encodeRequest, encodeResult } from './wire.js';
 import type { WriteOp } from './ops.js';
@@ -144,6 +145,7 @@ export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) 
     ),
   };
   const idempotency = idempotencyWrites(db);
+  const reactorResults = reactorResultWrites(db);
   const apply = (w: WriteOp): unknown => {
     switch (w.op) {
       case 'insert': {
@@ -203,6 +205,8 @@ export function writeExecutor(db: Database.Database): (ops: readonly WriteOp[]) 
         return s.listKeys.all();
       case 'idempotency':
         return idempotency(w);
+      case 'reactorResult':
+        return reactorResults(w);
       case 'audit': {
         // Compare-and-set: the head is compared and moved in this transaction of the one writer
         // (and SQLite's write lock serializes other processes), so appends form one chain; a head

@@ -1,6 +1,6 @@
 /**
  * The PostgreSQL store (issue 24): its four ports (store/types.ts, issue 24 item 5), one module
- * each: tokens.ts, audit.ts, data-keys.ts, idempotency.ts, over one pool (pool.ts) and a schema
+ * each: tokens.ts, audit.ts, data-keys.ts, idempotency.ts, reactor-results.ts (issue 28), over one pool (pool.ts) and a schema
  * created or upgraded at connect (schema.ts).
  *
  * Durability: a write resolves after its COMMIT returned, which with PostgreSQL's defaults
@@ -12,6 +12,7 @@ import { PostgresAudit } from './audit.js';
 import { PostgresDataKeys } from './data-keys.js';
 import { PostgresIdempotency } from './idempotency.js';
 import { createPool, query, type PostgresPoolOptions } from './pool.js';
+import { PostgresReactorResults } from './reactor-results.js';
 import { ensureSchema } from './schema.js';
 import { PostgresTokens } from './tokens.js';
 
@@ -24,6 +25,7 @@ export class PostgresStore implements Store {
   readonly audit: PostgresAudit;
   readonly dataKeys: PostgresDataKeys;
   readonly idempotency: PostgresIdempotency;
+  readonly reactorResults: PostgresReactorResults;
   #closed: Promise<void> | null = null;
 
   private constructor(readonly pool: pg.Pool) {
@@ -31,6 +33,7 @@ export class PostgresStore implements Store {
     this.audit = new PostgresAudit(pool);
     this.dataKeys = new PostgresDataKeys(pool);
     this.idempotency = new PostgresIdempotency(pool);
+    this.reactorResults = new PostgresReactorResults(pool);
   }
 
   /** Connects and creates or upgrades the schema; StoreUnavailableError when the database does not answer. */

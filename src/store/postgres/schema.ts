@@ -18,7 +18,7 @@ import type pg from 'pg';
 import { StoreFormatError } from '../types.js';
 import { checkout, storeError } from './pool.js';
 
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 /** Any bigint: what pg_advisory_lock serializes start-ups on (0x746f6b656e70726f, "tokenpro" in ASCII). */
 const MIGRATION_LOCK = '8390042714203255407';
@@ -111,6 +111,14 @@ CREATE UNIQUE INDEX tokens_dedupe ON tokenproxy.tokens (tenant, type, container,
 CREATE INDEX tokens_cvc_due ON tokenproxy.tokens (cvc_expires_ms) WHERE cvc_sealed IS NOT NULL;
 CREATE INDEX tokens_metadata ON tokenproxy.tokens USING gin (metadata jsonb_path_ops) WHERE metadata IS NOT NULL;
 CREATE INDEX tokens_index_hashes ON tokenproxy.tokens USING gin (index_hashes) WHERE index_hashes IS NOT NULL;`,
+  // 3: asynchronous reactor results (issue 28, postgres/reactor-results.ts): a new table only, so a
+  // version 2 database upgrades at start without touching its tokens.
+  `
+CREATE TABLE tokenproxy.reactor_results (
+  expires_ms bigint NOT NULL, tenant_id text NOT NULL, id text NOT NULL, sealed text NOT NULL,
+  PRIMARY KEY (tenant_id, id)
+);
+CREATE INDEX reactor_results_by_expiry ON tokenproxy.reactor_results (expires_ms);`,
 ];
 
 /**

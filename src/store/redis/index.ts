@@ -31,6 +31,7 @@
  *   P t:{T}:seq          per-tenant sequence (INCR); zset scores, newest-first cursors
  *   P t:{T}:containers   set of the tenant's containers (a container is never removed from it)
  *   P t:{T}:idem:<key>   hash {s, o, v}: an idempotency entry, expiring by itself (idempotency-scripts.ts)
+ *   P t:{T}:rr:<id>      string: an asynchronous reactor call's sealed result, expiring by itself (reactor-results.ts, issue 28)
  *   P t:{T}:audit        list of the tenant's audit events (JSON), oldest first (store/audit.ts)
  *   P t:{T}:audithead    "<seq> <hash> <anchor>": the tenant's audit chain head and its anchor
  *                        (crypto/audit-anchor.ts; "<seq> <hash>" when written before anchoring, issue 23)
@@ -62,6 +63,7 @@ import { RedisConnection, sanitize, type RedisStoreOptions } from './connection.
 import { RedisDataKeys } from './data-keys.js';
 import { RedisIdempotency } from './idempotency.js';
 import { migrate } from './migrate.js';
+import { RedisReactorResults } from './reactor-results.js';
 import { LAYOUT_VERSION, RedisMigratorV4 } from './migrate-v4.js';
 import { RedisTokens } from './tokens.js';
 
@@ -74,6 +76,7 @@ export class RedisStore implements Store {
   readonly audit: RedisAudit;
   readonly dataKeys: RedisDataKeys;
   readonly idempotency: RedisIdempotency;
+  readonly reactorResults: RedisReactorResults;
   readonly #c: RedisConnection;
 
   private constructor(connection: RedisConnection) {
@@ -82,6 +85,7 @@ export class RedisStore implements Store {
     this.audit = new RedisAudit(connection);
     this.dataKeys = new RedisDataKeys(connection);
     this.idempotency = new RedisIdempotency(connection);
+    this.reactorResults = new RedisReactorResults(connection);
   }
 
   /**
