@@ -102,7 +102,7 @@ const IdParams = z.object({ id: z.string().describe('The token id') });
 function pageInvalid(issues: readonly z.core.$ZodIssue[], part: InputPart): ServiceError {
   const on = (field: string) => issues.some((i) => i.path[0] === field);
   if (issues.some((i) => i.code === 'custom' && i.params?.unknownParameter)) {
-    return new ServiceError('validation_failed', { detail: 'Unknown list parameter; use type, container, fingerprint, id, metadata, metadata.<key>, size, start' });
+    return new ServiceError('validation_failed', { detail: 'Unknown list parameter; use type, container, fingerprint, id, metadata.<key>, size, start' });
   }
   if (part === 'body' && issues.some((i) => i.path.length === 0)) {
     return new ServiceError('validation_failed', { detail: 'The body must be an object: {"query": "...", "start": null, "size": 20}' });
