@@ -70,9 +70,18 @@ export function sdkIterateSuite(t: Test, store: (t: Test) => Promise<StartTestOp
     t.equal(all.size, 300);
 
     const listed: string[] = [];
+    const before = tokens.requests.length;
     for await (const token of await tokens.client.tokens.listV2({ size: 100 })) listed.push(token.id!);
     t.equal(listed.length, 300, 'listV2 yields every token');
     t.same(new Set(listed), all, 'each once');
+    t.equal(tokens.requests.length - before, 3, 'three full pages: the last says next: null, no empty page is asked for');
+
+    const found: string[] = [];
+    const beforeSearch = tokens.requests.length;
+    for await (const token of await tokens.client.tokens.searchV2({ query: `metadata.batch:${batches[1]}`, size: 50 })) found.push(token.id!);
+    t.same(new Set(found), byBatch.get(batches[1]!), 'searchV2 yields the batch');
+    t.equal(found.length, 150, 'each once');
+    t.equal(tokens.requests.length - beforeSearch, 3, 'in three pages of 50, then it stops');
 
     for (const [batch, ids] of byBatch) {
       const before = tokens.requests.length;
