@@ -61,8 +61,14 @@ export class RedisAudit implements AuditPort {
     let pos = page.after === null ? Number(await this.#c.call(() => this.#c.client.llen(key))) : decodeCursor(page.after) - 1;
     const items: AuditEvent[] = [];
     let last = 0;
-    // Matches passed over before the page starts (GET /logs?page=N): counted in the same walk.
+    // Matches passed over before the page starts (GET /logs?page=N): counted in the same walk, or,
+    // without a filter (every entry matches; one that does not decode counts too), a jump of that
+    // many list positions, with no decoding.
     let skip = page.skip ?? 0;
+    if (skip > 0 && filter.entity_id === undefined && filter.start_ms === undefined && filter.end_ms === undefined) {
+      pos = Math.max(0, pos - skip);
+      skip = 0;
+    }
     const chunk = Math.max(200, page.size * 4);
     while (pos > 0) {
       const from = Math.max(1, pos - chunk + 1);
