@@ -110,6 +110,12 @@ export function sdkIterateSuite(t: Test, store: (t: Test) => Promise<StartTestOp
     const v1 = await s.call('GET', `/tokens?metadata=${encodeURIComponent(JSON.stringify({ batch: batches[1] }))}&metadata.n=5&size=100`);
     t.equal(v1.status, 200, 'GET /tokens?metadata=<JSON>&metadata.n=5');
     t.equal(v1.body.data.length, 3, 'GET /tokens: the JSON form and metadata.<key> combine');
+    const both = (json: object, dotted: string) => s.call('GET', `/v2/tokens?metadata=${encodeURIComponent(JSON.stringify(json))}&${dotted}`);
+    t.equal((await both({ n: '5' }, 'metadata.n=5')).body.data?.length, 3, 'a key in both forms with one value: one filter');
+    const clash = await both({ n: '5' }, 'metadata.n=6');
+    t.same([clash.status, clash.body.code, Object.keys(clash.body.errors ?? {})], [400, 'validation_failed', ['metadata']], 'a key in both forms with two values: 400 naming metadata');
+    const proto = await s.call('GET', `/v2/tokens?metadata=${encodeURIComponent('{"__proto__":"x","constructor":"y"}')}`);
+    t.same([proto.status, proto.body.data], [200, []], 'metadata keys are data, never object members');
     for (const bad of ['not-json', '[1]', '{"batch":1}', '"x"']) {
       const r = await s.call('GET', `/v2/tokens?metadata=${encodeURIComponent(bad)}`);
       t.equal(r.status, 400, `metadata=${bad}: 400`);
