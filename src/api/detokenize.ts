@@ -9,7 +9,7 @@ import type { Detokenizer } from '../detokenize/service.js';
 import type { Route } from '../http/context.js';
 import { sendJson } from '../http/respond.js';
 import type { AuditTrail } from '../audit/trail.js';
-import { logsRoute } from './logs.js';
+import { logsRoutes } from './logs.js';
 
 /** Answers with more values than this (bytes) are serialized in turns (detokenize/serialize.ts). */
 const LARGE_ANSWER = 256 * 1024;
@@ -50,6 +50,6 @@ export function detokenizeRoutes(detokenizer: Detokenizer, audit: AuditTrail): R
         res.end();
       },
     },
-    logsRoute(audit),
+    ...logsRoutes(audit),
   ];
 }

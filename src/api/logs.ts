@@ -1,9 +1,9 @@
 /**
  * GET /logs: the audit trail for management keys with log:read (docs/detokenization.md "Audit
- * trail", docs/api.md "Audit log"). Filters run in the store's query, so pages are full. Two ways
+ * trail", docs/api.md "List filters"). Filters run in the store's query, so pages are full. Two ways
  * to page (issue 28): our opaque cursor (`start` = the previous page's `pagination.next`), and the
  * original's page numbers (`page=2, 3, …`, what its SDK's `logs.list` iterator sends, ending at
- * the first empty page).
+ * the first empty page). And GET /logs/entity-types, the SDK's logs.getEntityTypes.
  */
 import { z } from 'zod';
 import { ServiceError } from '../errors.js';
@@ -127,7 +127,15 @@ const schemas: RouteSchemas = {
   responses: { 200: { description: 'A page of audit events', body: LogPage } },
 };
 
-export function logsRoute(audit: AuditTrail): ApiRoute {
+/** GET /logs/entity-types: what `entity_type` may be (the SDK's logs.getEntityTypes): the trail records token events only. */
+const ENTITY_TYPES = [{ display_name: 'Token', value: 'token' }];
+const entityTypesSchemas: RouteSchemas = {
+  summary: 'The entity types of the audit trail',
+  tags: ['audit'],
+  responses: { 200: { description: 'Each entity_type GET /logs takes', body: z.array(z.object({ display_name: z.string(), value: z.string() })) } },
+};
+
+export function logsRoutes(audit: AuditTrail): ApiRoute[] {
   const handle = async (ctx: ApiContext) => {
     const q = ctx.query as z.output<typeof LogsQuery>;
     const filter: AuditFilter = {};
@@ -146,5 +154,9 @@ export function logsRoute(audit: AuditTrail): ApiRoute {
     const pagination = q.page === undefined ? { page_size: q.size, next: page.next } : { page_size: q.size, page_number: q.page, next: page.next };
     sendJson(ctx.res, 200, { pagination, data: page.items.map((e) => logView(e, filter)) }, ctx.headers);
   };
-  return { method: 'GET', path: '/logs', group: 'management', auth: 'api', body: 'none', kinds: ['management'], permission: 'log:read', schemas, handle };
+  const read = { method: 'GET', group: 'management', auth: 'api', body: 'none', kinds: ['management'], permission: 'log:read' } as const;
+  return [
+    { ...read, path: '/logs', schemas, handle },
+    { ...read, path: '/logs/entity-types', schemas: entityTypesSchemas, handle: async (ctx) => sendJson(ctx.res, 200, ENTITY_TYPES, ctx.headers) },
+  ];
 }

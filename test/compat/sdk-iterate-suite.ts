@@ -2,7 +2,7 @@
  * The original's Node SDK iterating token lists and the audit log to their end (issue 28, part B):
  * `tokens.listV2` with and without its `metadata` filter (sent as `metadata=<JSON>`), `logs.list`
  * paged the SDK's way (`page=2, 3, …` until a page comes back empty), its `entityId` and date
- * filters; and the raw answers checked against the SDK's own response schemas.
+ * filters, `logs.getEntityTypes`; and the raw answers checked against the SDK's own response schemas.
  * (SDK 5.7.0 has no v1 `tokens.list`: `listV2` is its only token list call.) Run on every store:
  * sdk-iterate.test.ts (embedded), test/redis/ and test/postgres/sdk-iterate.test.ts.
  */
@@ -160,6 +160,9 @@ export function sdkIterateSuite(t: Test, store: (t: Test) => Promise<StartTestOp
     for await (const entry of await logs.client.logs.list({ startDate: new Date(Date.parse(times[0]!) + 3_600_000) })) future.push(entry.id!);
     t.same(future, [], 'nothing after the last event');
 
+    t.same(await logs.client.logs.getEntityTypes(), [{ displayName: 'Token', value: 'token' }], 'logs.getEntityTypes: the trail records tokens');
+    const types = await s.call('GET', '/logs/entity-types', { key: MGMT });
+    t.ok(Array.isArray(types.body) && types.body.every((x: unknown) => serialization.LogEntityType!.parse(x, { skipValidation: false }).ok), 'each matches the SDK\'s LogEntityType');
     const first = await s.call('GET', '/logs?size=5', { key: MGMT });
     conforms(t, 'LogPaginatedList', first.body, 'a /logs page');
     const second = await s.call('GET', '/logs?size=5&page=2', { key: MGMT });

@@ -87,6 +87,7 @@ t.test('every route and every error status answers as documented', async (t) => 
   t.equal((await s.call('GET', '/tokens?size=1&type=card&metadata.a=b')).status, 200);
   t.equal((await s.call('GET', `/v2/tokens?metadata=${encodeURIComponent('{"a":"b"}')}`)).status, 200, 'the metadata filter as the SDK sends it (issue 28)');
   t.equal((await s.call('GET', '/logs?size=1', { key: AUDIT_KEY })).status, 200);
+  t.equal((await s.call('GET', '/logs/entity-types', { key: AUDIT_KEY })).status, 200);
   t.equal((await s.call('GET', `/logs?size=1&page=2&entity_id=${id}&end_date=2100-01-01`, { key: AUDIT_KEY })).status, 200, 'GET /logs by page number (issue 28)');
   t.equal((await s.call('GET', '/v2/tokens')).status, 200);
   t.equal((await s.call('GET', '/tokens/search?query=type:card')).status, 200);
