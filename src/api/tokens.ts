@@ -29,7 +29,33 @@ const cursor = (pick: (v: unknown) => unknown = first) =>
   z.preprocess((v) => blank(pick(v)), z.string().nullable().default(null)).describe('The pagination.next of the previous page');
 
 const METADATA_PARAM = /^metadata\..+$/s;
-const LIST_PARAMS = new Set(['type', 'container', 'fingerprint', 'id', 'size', 'start']);
+const LIST_PARAMS = new Set(['type', 'container', 'fingerprint', 'id', 'metadata', 'size', 'start']);
+
+/**
+ * `metadata=<JSON object of strings>`: the form the original's SDK sends (its listV2 serialises the
+ * filter with JSON.stringify, issue 28). Built with own properties only (a `__proto__` key stays a key).
+ */
+const MetadataJson = z.preprocess(
+  (v) => blank(last(v as string | string[])),
+  z
+    .string()
+    .transform((raw, ctx) => {
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(raw);
+      } catch {
+        parsed = undefined;
+      }
+      if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed) || !Object.values(parsed).every((x) => typeof x === 'string')) {
+        ctx.issues.push({ code: 'custom', input: raw, message: 'must be a JSON object of strings, e.g. {"batch":"b1"}' });
+        return z.NEVER;
+      }
+      const out: Record<string, string> = {};
+      for (const [k, x] of Object.entries(parsed as Record<string, string>)) setOwn(out, k, x);
+      return out;
+    })
+    .optional(),
+).describe('A JSON object of strings (URL-encoded), e.g. {"batch":"b1"}: every pair must match exactly; the same filter as metadata.<key>=<value>');
 
 /**
  * The list query. Unknown parameters are found on the raw query (a parsed object would have
@@ -48,6 +74,7 @@ const ListQuery = z.preprocess(
       container: oneOrMore.transform((v) => last(v)).optional(),
       fingerprint: oneOrMore.transform((v) => last(v)).optional(),
       id: oneOrMore.transform((v) => (Array.isArray(v) ? v : [v])).optional().describe('A token id; repeat for several'),
+      metadata: MetadataJson,
       size: pageSize(first),
       start: cursor(first),
     })
@@ -95,7 +122,16 @@ function listFilter(q: z.output<typeof ListQuery>): TokenFilter {
   if (q.container !== undefined) filter.container = q.container;
   if (q.fingerprint !== undefined) filter.fingerprint = q.fingerprint;
   if (q.id !== undefined) filter.ids = q.id;
-  for (const [k, v] of Object.entries(q)) if (METADATA_PARAM.test(k)) setOwn(metadata, k.slice(9), v as string);
+  for (const [k, v] of Object.entries(q.metadata ?? {})) setOwn(metadata, k, v);
+  for (const [k, v] of Object.entries(q)) {
+    if (!METADATA_PARAM.test(k)) continue;
+    const key = k.slice(9);
+    // Both forms may name a key; two different values for it could never match, so say so.
+    if (Object.hasOwn(metadata, key) && metadata[key] !== v) {
+      throw new ServiceError('validation_failed', { detail: `metadata: the key ${JSON.stringify(key)} is given twice with different values`, errors: { metadata: ['a key is given twice with different values'] } });
+    }
+    setOwn(metadata, key, v as string);
+  }
   if (Object.keys(metadata).length) filter.metadata = metadata;
   return filter;
 }
@@ -129,7 +165,7 @@ const schemas = {
     summary: 'List the tokens the key may search, newest first',
     tags: ['tokens'],
     query: ListQuery,
-    queryDescription: '`metadata.<key>=<value>` filters on a metadata member (repeatable, all must match). Any other parameter is refused (400 validation_failed).',
+    queryDescription: '`metadata.<key>=<value>` filters on a metadata member (repeatable, all must match); `metadata=<JSON object>` is the same filter in the form the original\'s SDK sends. Any other parameter is refused (400 validation_failed).',
     invalid: pageInvalid,
     responses: page,
   },

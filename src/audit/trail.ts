@@ -9,7 +9,7 @@
  */
 import type { Logger } from '../log.js';
 import { eventHash, verifyChain, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditHead, type ChainCheck } from '../store/audit.js';
-import type { AuditPort, Page } from '../store/types.js';
+import type { AuditPage, AuditPort } from '../store/types.js';
 import { anchorMatches, formatHead, type AuditAnchorSigner } from '../crypto/audit-anchor.js';
 
 /** A tenant's stored events, oldest first, through auditRange's pages (null: an entry that does not decode). */
@@ -65,7 +65,7 @@ export class AuditTrail {
   }
 
   /** One page of a tenant's events, newest first as the store lists them (GET /logs). */
-  list(tenantId: string, filter: AuditFilter, page: Page): ReturnType<AuditPort['listAudit']> {
+  list(tenantId: string, filter: AuditFilter, page: AuditPage): ReturnType<AuditPort['listAudit']> {
     return this.store.listAudit(tenantId, filter, page);
   }
 

@@ -33,10 +33,11 @@ export function scopeAllows(scope: readonly ScopeRule[] | undefined, container: 
   return false;
 }
 
-export function checkPage(page: Page): void {
+export function checkPage(page: Page & { skip?: number }): void {
   if (!Number.isInteger(page.size) || page.size < 1 || page.size > 100) {
     throw new RangeError('page size must be an integer from 1 to 100');
   }
+  if (page.skip !== undefined && !(Number.isSafeInteger(page.skip) && page.skip >= 0)) throw new RangeError('skip must be a non-negative integer');
 }
 
 /** ISO 8601 → epoch ms (null stays null); the vault validated it, this refuses garbage anyway. */

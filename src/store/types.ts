@@ -67,6 +67,15 @@ export interface Page {
   after: string | null;
 }
 
+/**
+ * A page of the audit log: after the cursor, the first `skip` matching events are passed over
+ * (GET /logs?page=N, the original's page numbers, issue 28). The store skips inside its query, so
+ * the page is still full; the cost grows with `skip` (the route bounds it).
+ */
+export interface AuditPage extends Page {
+  skip?: number;
+}
+
 export interface PageResult {
   items: StoredToken[];
   /** Cursor of the next page, or null when this page is the last. */
@@ -140,8 +149,8 @@ export interface AuditPort {
    * stored events, in order.
    */
   appendAudit(tenantId: string, events: AuditEventInput[], sign: AuditAnchorSigner): Promise<AuditEvent[]>;
-  /** Newest first, filtered; `page.after` is a previous page's `next`. */
-  listAudit(tenantId: string, filter: AuditFilter, page: Page): Promise<AuditPageResult>;
+  /** Newest first, filtered; `page.after` is a previous page's `next`; then `page.skip` matches are passed over. */
+  listAudit(tenantId: string, filter: AuditFilter, page: AuditPage): Promise<AuditPageResult>;
   /**
    * The tenant's events as stored, oldest first, for the chain check: an entry that does not
    * decode is null. `after`: a previous answer's `next` (null: from the start).

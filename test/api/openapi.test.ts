@@ -14,10 +14,12 @@ import { startUpstream } from '../helpers/upstream.js';
 
 const PROXY_KEY = 'proxy_key_openapi_0123456789abcdef';
 const MANAGEMENT_KEY = 'test_management_key_0123456789abcdef';
+const AUDIT_KEY = 'test_audit_key_0123456789abcdef0000';
 
 function config(upstream: string, rateLimited = false): any {
   const cfg = baseConfig() as any;
   cfg.tenants[0].applications.push({ id: 'aaaaaaaa-0000-4000-8000-0000000000aa', name: 'mgmt', type: 'management', keys: [MANAGEMENT_KEY] });
+  cfg.tenants[0].applications.push({ id: 'aaaaaaaa-0000-4000-8000-0000000000ab', name: 'auditor', type: 'management', keys: [AUDIT_KEY], permissions: ['log:read'] });
   cfg.tenants[0].proxies = [{ id: 'echo', name: 'echo', key: PROXY_KEY, destination_url: `${upstream}/api/` }];
   cfg.tenants[0].reactors = [{ id: 'echo', name: 'echo', code: 'module.exports = async function (req) { return { raw: req.args }; };' }];
   if (rateLimited) cfg.rate_limits = { enabled: true, store: 'memory' };
@@ -85,6 +87,10 @@ t.test('every route and every error status answers as documented', async (t) => 
   t.equal((await s.call('GET', `/tokens/${id}`, { key: KEYS.masked })).status, 200);
   t.equal((await s.call('PATCH', `/tokens/${id}`, { raw: JSON.stringify({ metadata: { a: 'b' } }), headers: { 'content-type': 'application/merge-patch+json' } })).status, 200);
   t.equal((await s.call('GET', '/tokens?size=1&type=card&metadata.a=b')).status, 200);
+  t.equal((await s.call('GET', `/v2/tokens?metadata=${encodeURIComponent('{"a":"b"}')}`)).status, 200, 'the metadata filter as the SDK sends it (issue 28)');
+  t.equal((await s.call('GET', '/logs?size=1', { key: AUDIT_KEY })).status, 200);
+  t.equal((await s.call('GET', '/logs/entity-types', { key: AUDIT_KEY })).status, 200);
+  t.equal((await s.call('GET', `/logs?size=1&page=2&entity_id=${id}&end_date=2100-01-01`, { key: AUDIT_KEY })).status, 200, 'GET /logs by page number (issue 28)');
   t.equal((await s.call('GET', '/v2/tokens')).status, 200);
   t.equal((await s.call('GET', '/tokens/search?query=type:card')).status, 200);
   t.equal((await s.call('GET', '/v2/tokens/search?query=type:card')).status, 200);
@@ -123,6 +129,7 @@ t.test('every route and every error status answers as documented', async (t) => 
   t.equal((await code(400, 'validation_failed', s.call('POST', '/tokens/search', { body: { size: 101 } }))).detail, 'size must be an integer from 1 to 100');
   await code(400, 'invalid_cursor', s.call('POST', '/tokens/search', { body: { start: 5 } }));
   await code(400, 'invalid_cursor', s.call('GET', '/tokens?start=garbage!'));
+  t.same((await code(400, 'validation_failed', s.call('GET', '/logs?start_date=yesterday', { key: AUDIT_KEY }))).errors, { start_date: ['must be an ISO 8601 date or time'] });
   t.equal((await code(400, 'validation_failed', s.call('POST', '/reactors/echo/react', { body: [] }))).detail, 'The body must be an object: {"args": …}');
   await code(400, 'invalid_json', s.call('POST', '/tokenize', { raw: '{', headers: { 'content-type': 'application/json' } }));
   await code(400, 'validation_failed', s.call('POST', '/tokens', { body: { type: 'card', data: { number: '4242424242424241' } } }));

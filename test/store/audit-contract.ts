@@ -86,4 +86,31 @@ export function runAuditContract(t: Test, makeStore: (t: Test) => Promise<Store>
     t.same(window.items.map((e) => e.token_ids.at(-1)), ['t4', 't3', 't2'], 'inclusive bounds');
     t.same((await s.audit.listAudit(AUDIT_TENANT, { entity_id: 'nothing' }, { size: 10, after: null })), { items: [], next: null });
   });
+
+  t.test('audit: listAudit skips matching events inside the query (GET /logs?page=N, issue 28)', async (t) => {
+    const s = await makeStore(t);
+    const base = Date.parse('2030-01-01T00:00:00.000Z');
+    const at = (i: number) => new Date(base + i * 60_000).toISOString();
+    for (let i = 0; i < 12; i++) {
+      await s.audit.appendAudit(AUDIT_TENANT, [auditInput({ token_ids: i % 3 === 0 ? ['x', `t${i}`] : [`t${i}`], created_at: at(i) })], SIGN);
+    }
+    const seqs = async (filter: Parameters<Store['audit']['listAudit']>[1], size: number, skip: number, after: string | null = null) => {
+      const page = await s.audit.listAudit(AUDIT_TENANT, filter, { size, after, skip });
+      return { seqs: page.items.map((e) => e.seq), next: page.next };
+    };
+    t.same((await seqs({}, 5, 5)).seqs, [7, 6, 5, 4, 3], 'page 2 of 5: the next five');
+    t.not((await seqs({}, 5, 5)).next, null, 'more follow');
+    t.same(await seqs({}, 5, 10), { seqs: [2, 1], next: null }, 'page 3: the last two, no next');
+    t.same(await seqs({}, 5, 15), { seqs: [], next: null }, 'past the end: empty (the SDK stops there)');
+    const x = await seqs({ entity_id: 'x' }, 1, 1);
+    t.same(x.seqs, [7], 'the skip counts matching events only (x is in events 1, 4, 7, 10)');
+    t.not(x.next, null);
+    t.same((await seqs({ entity_id: 'x' }, 1, 3)).seqs, [1]);
+    t.equal((await seqs({ entity_id: 'x' }, 1, 3)).next, null, 'the last match: no next');
+    t.same((await seqs({ entity_id: 'x' }, 2, 1)).seqs, [7, 4], 'a filtered page after a skip is full');
+    t.same((await seqs({ start_ms: base + 2 * 60_000, end_ms: base + 8 * 60_000 }, 3, 3)).seqs, [6, 5, 4], 'with the date bounds (events 3..9)');
+    const first = await seqs({}, 4, 0);
+    t.same((await seqs({}, 3, 2, first.next)).seqs, [6, 5, 4], 'after a cursor, then the skip');
+    t.same(await seqs({}, 5, 0), await seqs({}, 5, 0), 'skip 0 is the first page');
+  });
 }

@@ -9,7 +9,7 @@ import {
   chain, decodeEvent, TenantSerialAppender, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditPageResult, type StoredAuditHead,
 } from '../audit.js';
 import { checkPage, decodeCursor, encodeCursor } from '../codec.js';
-import type { AuditPort, Page } from '../types.js';
+import type { AuditPage, AuditPort } from '../types.js';
 import { StoreUnavailableError } from '../types.js';
 import type { EmbeddedConnection } from './connection.js';
 import type { Params } from './writer.js';
@@ -31,7 +31,7 @@ export class EmbeddedAudit implements AuditPort {
     this.#list = db.prepare<[Params], { event: string; seq: number }>(
       `SELECT seq, event FROM audit_events WHERE tenant_id = @tenant AND seq < @after AND created_ms >= @start AND created_ms <= @end
        AND (@entity IS NULL OR EXISTS (SELECT 1 FROM json_each(event, '$.token_ids') j WHERE j.value = @entity))
-       ORDER BY seq DESC LIMIT @limit`,
+       ORDER BY seq DESC LIMIT @limit OFFSET @skip`,
     );
     this.#range = db.prepare<[string, number, number], { event: string; seq: number }>(
       'SELECT seq, event FROM audit_events WHERE tenant_id = ? AND seq > ? ORDER BY seq LIMIT ?',
@@ -60,11 +60,11 @@ export class EmbeddedAudit implements AuditPort {
     throw new StoreUnavailableError('the audit chain head kept moving; the append was not written');
   }
 
-  async listAudit(tenantId: string, filter: AuditFilter, page: Page): Promise<AuditPageResult> {
+  async listAudit(tenantId: string, filter: AuditFilter, page: AuditPage): Promise<AuditPageResult> {
     checkPage(page);
     const rows = this.#c.run(() => this.#list.all({
       tenant: tenantId, after: page.after === null ? Number.MAX_SAFE_INTEGER : decodeCursor(page.after),
-      start: filter.start_ms ?? 0, end: filter.end_ms ?? Number.MAX_SAFE_INTEGER, entity: filter.entity_id ?? null, limit: page.size + 1,
+      start: filter.start_ms ?? 0, end: filter.end_ms ?? Number.MAX_SAFE_INTEGER, entity: filter.entity_id ?? null, limit: page.size + 1, skip: page.skip ?? 0,
     }));
     const items: AuditEvent[] = [];
     for (const r of rows.slice(0, page.size)) {

@@ -16,7 +16,7 @@ import {
   type AuditPageResult, type StoredAuditHead,
 } from '../audit.js';
 import { checkPage, decodeCursor, encodeCursor } from '../codec.js';
-import type { AuditPort, Page } from '../types.js';
+import type { AuditPage, AuditPort } from '../types.js';
 import { query, transaction } from './pool.js';
 
 const EVENT_COLUMNS = 'seq, prev_hash, tenant_id, application_id, action, token_ids, destination, request_id, created_at';
@@ -81,14 +81,14 @@ export class PostgresAudit implements AuditPort {
     });
   }
 
-  async listAudit(tenantId: string, filter: AuditFilter, page: Page): Promise<AuditPageResult> {
+  async listAudit(tenantId: string, filter: AuditFilter, page: AuditPage): Promise<AuditPageResult> {
     checkPage(page);
     const after = page.after === null ? Number.MAX_SAFE_INTEGER : decodeCursor(page.after);
     const r = await query<EventRow>(
       this.pool,
       `SELECT ${EVENT_COLUMNS} FROM tokenproxy.audit_events WHERE tenant_id = $1 AND seq < $2 AND created_ms >= $3 AND created_ms <= $4
-       AND ($5::text IS NULL OR $5::text = ANY(token_ids)) ORDER BY seq DESC LIMIT $6`,
-      [tenantId, after, filter.start_ms ?? 0, filter.end_ms ?? Number.MAX_SAFE_INTEGER, filter.entity_id ?? null, page.size + 1],
+       AND ($5::text IS NULL OR $5::text = ANY(token_ids)) ORDER BY seq DESC LIMIT $6 OFFSET $7`,
+      [tenantId, after, filter.start_ms ?? 0, filter.end_ms ?? Number.MAX_SAFE_INTEGER, filter.entity_id ?? null, page.size + 1, page.skip ?? 0],
     );
     const items: AuditEvent[] = [];
     for (const row of r.rows.slice(0, page.size)) {

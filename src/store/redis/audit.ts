@@ -8,7 +8,7 @@ import {
   type AuditEvent, type AuditEventInput, type AuditFilter, type AuditPageResult, type StoredAuditHead,
 } from '../audit.js';
 import { checkPage, decodeCursor, encodeCursor } from '../codec.js';
-import type { AuditPort, Page } from '../types.js';
+import type { AuditPage, AuditPort } from '../types.js';
 import { StoreUnavailableError } from '../types.js';
 import { CAS_ATTEMPTS, type RedisConnection } from './connection.js';
 
@@ -54,13 +54,21 @@ export class RedisAudit implements AuditPort {
     throw new StoreUnavailableError('the audit chain head kept moving; the append was not written');
   }
 
-  async listAudit(tenantId: string, filter: AuditFilter, page: Page): Promise<AuditPageResult> {
+  async listAudit(tenantId: string, filter: AuditFilter, page: AuditPage): Promise<AuditPageResult> {
     checkPage(page);
     const key = this.#c.t(tenantId, 'audit');
     // Positions are 1-based list indexes; the cursor is the position of the last event returned.
     let pos = page.after === null ? Number(await this.#c.call(() => this.#c.client.llen(key))) : decodeCursor(page.after) - 1;
     const items: AuditEvent[] = [];
     let last = 0;
+    // Matches passed over before the page starts (GET /logs?page=N): counted in the same walk, or,
+    // without a filter (every entry matches; one that does not decode counts too), a jump of that
+    // many list positions, with no decoding.
+    let skip = page.skip ?? 0;
+    if (skip > 0 && filter.entity_id === undefined && filter.start_ms === undefined && filter.end_ms === undefined) {
+      pos = Math.max(0, pos - skip);
+      skip = 0;
+    }
     const chunk = Math.max(200, page.size * 4);
     while (pos > 0) {
       const from = Math.max(1, pos - chunk + 1);
@@ -69,6 +77,10 @@ export class RedisAudit implements AuditPort {
         const p = from + i;
         const e = decodeEvent(raw[i]!);
         if (!e || !auditMatches(e, filter)) continue;
+        if (skip > 0) {
+          skip--;
+          continue;
+        }
         if (items.length === page.size) return { items, next: encodeCursor(last) };
         items.push(e);
         last = p;
