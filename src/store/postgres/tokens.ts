@@ -19,6 +19,7 @@ import type pg from 'pg';
 import { checkPage, decodeCursor, encodeCursor } from '../codec.js';
 import { DuplicateTokenError, StoreUnavailableError, type InsertOptions, type Page, type PageResult, type StoredToken, type TokenFilter, type TokenPort } from '../types.js';
 import { Names } from './names.js';
+import { InsertBatcher, MAX_ROWS } from './insert-batcher.js';
 import { isUniqueViolation, query, transaction } from './pool.js';
 import { decodeDigest, decodeSealed, decodeTime, encodeDigest, encodeSealed, encodeTime, splitId, splitIds } from './wire.js';
 
@@ -109,6 +110,18 @@ const INSERT_COLUMNS = `tenant, id, custom_id, type, container, sealed, cvc_seal
   expires_ms, expires_text`;
 const PLACEHOLDERS = Array.from({ length: 23 }, (_, i) => `$${i + 1}`).join(', ');
 
+/** The INSERT of n plain rows (no deduplication slot), cached per row count. */
+const insertTexts = new Map<number, string>();
+function insertText(n: number): string {
+  let text = insertTexts.get(n);
+  if (text === undefined) {
+    const tuples = Array.from({ length: n }, (_, r) => `(${Array.from({ length: 23 }, (_, i) => `$${r * 23 + i + 1}`).join(', ')}, false)`);
+    text = `INSERT INTO ${T} (${INSERT_COLUMNS}, dedupe_slot) VALUES ${tuples.join(', ')}`;
+    if (insertTexts.size < MAX_ROWS) insertTexts.set(n, text);
+  }
+  return text;
+}
+
 /** Validates the dates of every record before anything is sent (TypeError). */
 function checkDates(records: readonly StoredToken[]): void {
   for (const r of records) {
@@ -133,8 +146,13 @@ function repeatedId(records: readonly StoredToken[]): string | null {
 export class PostgresTokens implements TokenPort {
   readonly #names: Names;
 
+  readonly #plain: InsertBatcher;
+
   constructor(private readonly pool: pg.Pool) {
     this.#names = new Names(pool);
+    // Half the pool for plain inserts (issue 24): batches queued behind them share the next
+    // statement, and the other half stays free for reads and deduplicating writes.
+    this.#plain = new InsertBatcher(pool, insertText, Math.max(1, Math.floor(pool.options.max / 2)));
   }
 
   async insertMany(records: StoredToken[], options: InsertOptions = {}): Promise<Array<StoredToken | null>> {
@@ -145,7 +163,14 @@ export class PostgresTokens implements TokenPort {
     // Numbered before the transaction (names.ts): a rolled-back batch leaves no stale cache entry.
     const dict = await this.#names.numbers(records.flatMap((r) => [r.tenant_id, r.fingerprint_expression, r.mask, r.created_by, r.modified_by]));
     const rows = records.map((r) => values(r, dict.get(r.tenant_id)!, dict));
+    const plain = !records.some((r, i) => options.dedupe?.[i] === true && r.fingerprint !== null);
     try {
+      // No deduplication: one INSERT statement, its own transaction, shared with concurrent
+      // batches (insert-batcher.ts, issue 24): one round trip instead of BEGIN, INSERTs, COMMIT.
+      if (plain && rows.length <= MAX_ROWS) {
+        await this.#plain.insert(rows);
+        return records.map(() => null);
+      }
       return await transaction(this.pool, async (c) => {
         const out: Array<StoredToken | null> = [];
         for (const [i, r] of records.entries()) {
