@@ -9,7 +9,8 @@
  *   node --no-node-snapshot --import tsx bench/ab-builds.mts ROW ROUNDS label=/path/dist/main.js ...
  *
  * ROW `tokenize`: POST /tokenize with one string, 64 connections, rate limits off (as
- * tokenize.ts's row); `proxy`: POST /proxy/anything through a proxy without transforms to a
+ * tokenize.ts's row); `tokenize100`: a JSON array of 100 strings, 16 connections (req/s: x100 for
+ * tokens/s; CPU per request: /100 per token); `proxy`: POST /proxy/anything through a proxy without transforms to a
  * local upstream, 50 connections, rate limits on in memory and never refusing (as proxy.ts's
  * pass-through row). AB_MS sets the measuring window (default 3000 ms). AB_STORE=postgres (issue 24):
  * the `tokenize` row on the PostgreSQL store, a private cluster (test/helpers/postgres.ts, fsync and
@@ -83,9 +84,13 @@ async function start(main: string, name: string) {
 const servers: Array<{ label: string; main: string; url: string; pid: number; child: ReturnType<typeof spawn> }> = [];
 for (const b of builds) servers.push({ ...b, ...(await start(b.main, b.label)) });
 const runner = await startBenchRunner({ install: false, log: () => {} });
+/** tokenize.ts's 100-strings body. */
+const STRINGS_BODY = JSON.stringify(Array.from({ length: 100 }, (_, i) => `customer-${i}-value`));
 const opts = (url: string): LoadOptions => row === 'proxy'
   ? { url: `${url}/proxy/anything`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-proxy-key': 'bench_proxy_key_0123456789abcdef' }, body: JSON.stringify({ order: 'o-1', amount: 100, currency: 'usd', items: [{ sku: 'a', qty: 1 }] }), connections: 50 }
-  : { url: `${url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: '"customer-1-value"', connections: 64 };
+  : row === 'tokenize100'
+    ? { url: `${url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: STRINGS_BODY, connections: 16 }
+    : { url: `${url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: '"customer-1-value"', connections: 64 };
 const results: Record<string, { rps: number[]; cpu: number[]; p99: number[]; db: number[] }> = {};
 for (const s of servers) {
   results[s.label] = { rps: [], cpu: [], p99: [], db: [] };
