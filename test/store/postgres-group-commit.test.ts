@@ -2,7 +2,9 @@
  * The PostgreSQL store's group commit of plain inserts (issue 24, src/store/postgres/insert-batcher.ts)
  * on a real PostgreSQL: concurrent batches share statements (fewer transactions than batches, seen
  * in the rows' xmin), and each batch stays all or nothing: a batch with a taken id fails alone,
- * with DuplicateTokenError, while the batches that shared its statement are written.
+ * with DuplicateTokenError, while the batches that shared its statement are written. And the
+ * one-record deduplicating insert, which runs without BEGIN/COMMIT: a taken id is still
+ * DuplicateTokenError with nothing written, and an expired slot holder gives its slot up.
  */
 import t from 'tap';
 import type { Test } from 'tap';
@@ -70,5 +72,26 @@ if (server) {
     t.equal(stored.size, 1 + (BATCHES - 1) * 2, 'every row of every other batch, and the taken one');
     for (const [i, b] of batches.entries()) if (i !== bad) t.ok(stored.has(b[0]!.id) && stored.has(b[1]!.id), `batch ${i} written whole`);
     t.equal((await store.tokens.get(TENANT_A, taken.id))?.sealed, taken.sealed, 'the taken id still holds its own token');
+  });
+
+  t.test('one deduplicating record (no transaction): a taken id fails with nothing written; an expired holder gives up its slot', async (t) => {
+    const { store, client } = await setup(t);
+    const taken = makeRecord({ id: `taken-${randomUUID()}` });
+    await store.tokens.insertMany([taken]);
+    const fingerprint = `fp-${randomUUID()}`;
+    const err = await store.tokens.insertMany([makeRecord({ id: taken.id, fingerprint })], { dedupe: [true] }).then(() => null, (e: unknown) => e);
+    t.ok(err instanceof DuplicateTokenError, 'DuplicateTokenError');
+    t.equal(err instanceof DuplicateTokenError && err.id, taken.id, 'naming the taken id');
+    t.equal((await writers(client)).size, 1, 'nothing written');
+    const holder = makeRecord({ fingerprint, expires_at: new Date(Date.now() + 3_600_000).toISOString() });
+    t.same(await store.tokens.insertMany([holder], { dedupe: [true] }), [null], 'the first holds the slot');
+    // makeRecord's ids are not UUIDs: stored in custom_id. Expired in the database, not through update
+    // (which gives the slot up itself).
+    await client.query('UPDATE tokenproxy.tokens SET expires_ms = 1 WHERE custom_id = $1', [holder.id]);
+    const next = makeRecord({ fingerprint });
+    t.same(await store.tokens.insertMany([next], { dedupe: [true] }), [null], 'the holder expired: written');
+    const slots = await client.query<{ id: string }>('SELECT coalesce(id::text, custom_id) AS id FROM tokenproxy.tokens WHERE dedupe_slot');
+    t.same(slots.rows.map((r) => r.id), [next.id], 'the slot moved to the new token');
+    t.equal((await store.tokens.insertMany([makeRecord({ fingerprint })], { dedupe: [true] }))[0]?.id, next.id, 'and it is matched');
   });
 }

@@ -171,6 +171,10 @@ export class PostgresTokens implements TokenPort {
         await this.#plain.insert(rows);
         return records.map(() => null);
       }
+      // One deduplicating record: its statements on their own (issue 24), no BEGIN/COMMIT. Each
+      // is atomic, and with one record there is nothing to roll back with it: a match is a read,
+      // giving up an expired slot is right whatever follows, and the insert is one statement.
+      if (records.length === 1) return [await this.#insertDeduplicated(this.pool, records[0]!, rows[0]!)];
       return await transaction(this.pool, async (c) => {
         const out: Array<StoredToken | null> = [];
         for (const [i, r] of records.entries()) {
@@ -200,33 +204,43 @@ export class PostgresTokens implements TokenPort {
     return null;
   }
 
-  async #oldestLive(c: pg.PoolClient, r: StoredToken, tenant: number): Promise<StoredToken | null> {
+  /** One statement on this transaction's client, or on any pooled connection (its own transaction). */
+  async #run<R extends pg.QueryResultRow>(on: pg.PoolClient | pg.Pool, text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
+    return on === this.pool ? query<R>(this.pool, text, values) : on.query<R>(text, values);
+  }
+
+  /**
+   * The oldest live token of the record's tenant, type, container and fingerprint; when there is
+   * none, an expired slot holder gives the slot up in the same statement (issue 24: one round
+   * trip, not two). Only an expired one: a live holder committed meanwhile by a concurrent insert
+   * keeps its slot (the insert that follows then finds it). A data-modifying WITH runs whether or
+   * not the query reads it.
+   */
+  async #oldestLiveOrRelease(on: pg.PoolClient | pg.Pool, r: StoredToken, tenant: number): Promise<StoredToken | null> {
     const now = Date.now();
-    const hit = await c.query<Row>(
-      `SELECT ${COLUMNS} FROM ${T} WHERE tenant = $1 AND fingerprint = $2 AND type = $3 AND container = $4 AND ${live('$5')}
-       ORDER BY seq LIMIT 1`,
+    const hit = await this.#run<Row>(on,
+      `WITH hit AS (
+         SELECT ${COLUMNS} FROM ${T} WHERE tenant = $1 AND fingerprint = $2 AND type = $3 AND container = $4 AND ${live('$5')}
+         ORDER BY seq LIMIT 1
+       ), released AS (
+         UPDATE ${T} SET dedupe_slot = false WHERE tenant = $1 AND type = $3 AND container = $4 AND fingerprint = $2 AND dedupe_slot
+         AND expires_ms <= $5 AND NOT EXISTS (SELECT 1 FROM hit)
+       )
+       SELECT * FROM hit`,
       [tenant, encodeDigest(r.fingerprint!), r.type, r.container, now],
     );
     return hit.rows[0] ? (await decodeRows(this.#names, r.tenant_id, hit.rows, now))[0]! : null;
   }
 
   /** The oldest live match, or this record written holding the slot. */
-  async #insertDeduplicated(c: pg.PoolClient, r: StoredToken, row: unknown[]): Promise<StoredToken | null> {
+  async #insertDeduplicated(on: pg.PoolClient | pg.Pool, r: StoredToken, row: unknown[]): Promise<StoredToken | null> {
     const tenant = row[0] as number;
     for (let attempt = 0; attempt < 10; attempt++) {
-      const hit = await this.#oldestLive(c, r, tenant);
+      const hit = await this.#oldestLiveOrRelease(on, r, tenant);
       if (hit) return hit;
-      // No live token: an expired slot holder gives the slot up. Only an expired one: this
-      // statement sees what committed since the read above (READ COMMITTED), and a live holder
-      // committed meanwhile by a concurrent insert keeps its slot (the insert below then finds it).
-      await c.query(
-        `UPDATE ${T} SET dedupe_slot = false WHERE tenant = $1 AND type = $2 AND container = $3 AND fingerprint = $4 AND dedupe_slot
-         AND expires_ms <= $5`,
-        [tenant, r.type, r.container, encodeDigest(r.fingerprint!), Date.now()],
-      );
       // Waits on the unique index for a concurrent insert of the same slot; when that one
       // commits, nothing is written here and the next round returns its token.
-      const written = await c.query(
+      const written = await this.#run(on,
         `INSERT INTO ${T} (${INSERT_COLUMNS}, dedupe_slot) VALUES (${PLACEHOLDERS}, true)
          ON CONFLICT (tenant, type, container, fingerprint) WHERE dedupe_slot DO NOTHING RETURNING seq`,
         row,
