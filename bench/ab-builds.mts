@@ -10,7 +10,8 @@
  *
  * ROW `tokenize`: POST /tokenize with one string, 64 connections, rate limits off (as
  * tokenize.ts's row); `tokenize100`: a JSON array of 100 strings, 16 connections (req/s: x100 for
- * tokens/s; CPU per request: /100 per token); `proxy`: POST /proxy/anything through a proxy without transforms to a
+ * tokens/s; CPU per request: /100 per token); `tokenize-dedupe`: one deduplicating token, the
+ * same each time (every request after the first matches it), 64 connections; `proxy`: POST /proxy/anything through a proxy without transforms to a
  * local upstream, 50 connections, rate limits on in memory and never refusing (as proxy.ts's
  * pass-through row). AB_MS sets the measuring window (default 3000 ms). AB_STORE=postgres (issue 24):
  * the `tokenize` row on the PostgreSQL store, a private cluster (test/helpers/postgres.ts, fsync and
@@ -86,8 +87,12 @@ for (const b of builds) servers.push({ ...b, ...(await start(b.main, b.label)) }
 const runner = await startBenchRunner({ install: false, log: () => {} });
 /** tokenize.ts's 100-strings body. */
 const STRINGS_BODY = JSON.stringify(Array.from({ length: 100 }, (_, i) => `customer-${i}-value`));
+/** One deduplicating token, the same every time: after the first request, every one matches it. */
+const DEDUPE_BODY = JSON.stringify({ type: 'token', data: 'customer-1-value', fingerprint_expression: '{{ data }}', deduplicate_token: true });
 const opts = (url: string): LoadOptions => row === 'proxy'
   ? { url: `${url}/proxy/anything`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-proxy-key': 'bench_proxy_key_0123456789abcdef' }, body: JSON.stringify({ order: 'o-1', amount: 100, currency: 'usd', items: [{ sku: 'a', qty: 1 }] }), connections: 50 }
+  : row === 'tokenize-dedupe'
+    ? { url: `${url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: DEDUPE_BODY, connections: 64 }
   : row === 'tokenize100'
     ? { url: `${url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: STRINGS_BODY, connections: 16 }
     : { url: `${url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: '"customer-1-value"', connections: 64 };

@@ -20,7 +20,7 @@ import { checkPage, decodeCursor, encodeCursor } from '../codec.js';
 import { DuplicateTokenError, StoreUnavailableError, type InsertOptions, type Page, type PageResult, type StoredToken, type TokenFilter, type TokenPort } from '../types.js';
 import { Names } from './names.js';
 import { InsertBatcher, MAX_ROWS } from './insert-batcher.js';
-import { isUniqueViolation, query, transaction } from './pool.js';
+import { isUniqueViolation, query, storeError, transaction } from './pool.js';
 import { decodeDigest, decodeSealed, decodeTime, encodeDigest, encodeSealed, encodeTime, splitId, splitIds } from './wire.js';
 
 const T = 'tokenproxy.tokens';
@@ -204,9 +204,17 @@ export class PostgresTokens implements TokenPort {
     return null;
   }
 
-  /** One statement on this transaction's client, or on any pooled connection (its own transaction). */
-  async #run<R extends pg.QueryResultRow>(on: pg.PoolClient | pg.Pool, text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
-    return on === this.pool ? query<R>(this.pool, text, values) : on.query<R>(text, values);
+  /**
+   * One prepared statement (`name`: parsed and planned once per connection) on this transaction's
+   * client, or on any pooled connection (its own transaction; failures become StoreUnavailableError).
+   */
+  async #run<R extends pg.QueryResultRow>(on: pg.PoolClient | pg.Pool, name: string, text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
+    if (on !== this.pool) return on.query<R>({ name, text, values });
+    try {
+      return await this.pool.query<R>({ name, text, values });
+    } catch (err) {
+      throw storeError(err);
+    }
   }
 
   /**
@@ -218,7 +226,7 @@ export class PostgresTokens implements TokenPort {
    */
   async #oldestLiveOrRelease(on: pg.PoolClient | pg.Pool, r: StoredToken, tenant: number): Promise<StoredToken | null> {
     const now = Date.now();
-    const hit = await this.#run<Row>(on,
+    const hit = await this.#run<Row>(on, 'tokenproxy_dedupe_match',
       `WITH hit AS (
          SELECT ${COLUMNS} FROM ${T} WHERE tenant = $1 AND fingerprint = $2 AND type = $3 AND container = $4 AND ${live('$5')}
          ORDER BY seq LIMIT 1
@@ -240,7 +248,7 @@ export class PostgresTokens implements TokenPort {
       if (hit) return hit;
       // Waits on the unique index for a concurrent insert of the same slot; when that one
       // commits, nothing is written here and the next round returns its token.
-      const written = await this.#run(on,
+      const written = await this.#run(on, 'tokenproxy_dedupe_insert',
         `INSERT INTO ${T} (${INSERT_COLUMNS}, dedupe_slot) VALUES (${PLACEHOLDERS}, true)
          ON CONFLICT (tenant, type, container, fingerprint) WHERE dedupe_slot DO NOTHING RETURNING seq`,
         row,
