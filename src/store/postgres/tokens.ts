@@ -1,7 +1,9 @@
 /**
  * Tokens in PostgreSQL (issue 24): insertMany, get, getMany, update, delete, list, purgeCvc.
  *
- * A batch is one transaction. Deduplication is a constraint: the token written by a
+ * A batch is all or nothing: with no deduplicating record, one multi-row INSERT shared with
+ * concurrent batches (insert-batcher.ts); one deduplicating record, its match and its insert as
+ * statements of their own; otherwise one transaction. Deduplication is a constraint: the token written by a
  * deduplicating insert holds its tenant's slot for (type, container, fingerprint)
  * (`dedupe_slot`, unique index tokens_dedupe), so of N concurrent identical inserts one writes and
  * the others wait on the index, then find its token. Before writing, the oldest live token of
