@@ -9,9 +9,16 @@
  *   node --no-node-snapshot --import tsx bench/ab-builds.mts ROW ROUNDS label=/path/dist/main.js ...
  *
  * ROW `tokenize`: POST /tokenize with one string, 64 connections, rate limits off (as
- * tokenize.ts's row); `proxy`: POST /proxy/anything through a proxy without transforms to a
+ * tokenize.ts's row); `tokenize100`: a JSON array of 100 strings, 16 connections (req/s: x100 for
+ * tokens/s; CPU per request: /100 per token); `tokenize-dedupe`: one deduplicating token, the
+ * same each time (every request after the first matches it), 64 connections; `proxy`: POST /proxy/anything through a proxy without transforms to a
  * local upstream, 50 connections, rate limits on in memory and never refusing (as proxy.ts's
- * pass-through row). AB_MS sets the measuring window (default 3000 ms). Build a baseline with
+ * pass-through row). AB_MS sets the measuring window (default 3000 ms). AB_STORE=postgres (issue 24):
+ * the `tokenize` row on the PostgreSQL store, a private cluster (test/helpers/postgres.ts, fsync and
+ * synchronous_commit on) with a database per build, the store's default pool; the cluster's CPU
+ * per request (the postmaster's process tree over the same window) is printed beside the
+ * service's; AB_PG_LOG=1 logs every statement to the cluster's server.log (to count round trips,
+ * not for timing). Build a baseline with
  * `git worktree add` or `git archive REV | tar -x -C DIR`, then `tsc -p tsconfig.build.json` in it.
  */
 import { spawn } from 'node:child_process';
@@ -26,6 +33,9 @@ import type { LoadOptions } from './lib/load.js';
 import { benchConfig, BENCH_KEY } from './lib/service.js';
 import { freePort } from '../test/helpers/redis.js';
 import { createServer } from 'node:http';
+import { readFileSync } from 'node:fs';
+import pg from 'pg';
+import { startPostgres, type PostgresServer } from '../test/helpers/postgres.js';
 
 const [row, roundsArg, ...specs] = process.argv.slice(2);
 const rounds = Number(roundsArg);
@@ -38,13 +48,28 @@ async function upstream(): Promise<string> {
 }
 
 const up = row === 'proxy' ? await upstream() : '';
+const onPostgres = process.env.AB_STORE === 'postgres';
+let cluster: PostgresServer | null = null;
+let postmaster = 0;
+if (onPostgres) {
+  cluster = await startPostgres({ own: true });
+  postmaster = Number(readFileSync(join(cluster.dataDir!, 'postmaster.pid'), 'utf8').split('\n')[0]);
+  if (process.env.AB_PG_LOG) {
+    const c = new pg.Client({ connectionString: cluster.adminUrl });
+    await c.connect();
+    await c.query("ALTER SYSTEM SET log_statement = 'all'");
+    await c.query('SELECT pg_reload_conf()');
+    await c.end();
+    console.log(`statements logged to ${join(cluster.dataDir!, '..', 'server.log')}`);
+  }
+}
 async function start(main: string, name: string) {
   const dir = mkdtempSync(join(tmpdir(), `tp-ab-${name}-`));
   const port = await freePort();
   const raw = benchConfig(row === 'proxy' ? { tenant: {
     custom_rate_limits: { proxy_endpoint: { points: 100000000, duration_seconds: 60 }, private_key: { points: 100000000, duration_seconds: 60 } },
     proxies: [{ id: 'bench-pass', name: 'p', key: 'bench_proxy_key_0123456789abcdef', destination_url: up, require_auth: false, leak_guard: 'off' }] } } : {});
-  const config = { ...raw, server: { host: '127.0.0.1', port }, log: { level: 'warn' }, store: { kind: 'embedded', path: join(dir, 'tokens.db') },
+  const config = { ...raw, server: { host: '127.0.0.1', port }, log: { level: 'warn' }, store: onPostgres ? { kind: 'postgres', url: (await cluster!.database({ teardown: () => {} })).url } : { kind: 'embedded', path: join(dir, 'tokens.db') },
     ...(row === 'proxy' ? { rate_limits: { enabled: true, store: 'memory' } } : {}) };
   writeFileSync(join(dir, 'c.json'), JSON.stringify(config));
   const child = spawn(process.execPath, ['--no-node-snapshot', ...(process.env.AB_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.AB_PROF}/${name}`] : []), main, '--config', join(dir, 'c.json')], { env: { ...process.env, TOKENPROXY_MASTER_KEY: randomBytes(32).toString('base64'), NODE_OPTIONS: '' }, stdio: ['ignore', 'ignore', 'inherit'] });
@@ -60,31 +85,42 @@ async function start(main: string, name: string) {
 const servers: Array<{ label: string; main: string; url: string; pid: number; child: ReturnType<typeof spawn> }> = [];
 for (const b of builds) servers.push({ ...b, ...(await start(b.main, b.label)) });
 const runner = await startBenchRunner({ install: false, log: () => {} });
+/** tokenize.ts's 100-strings body. */
+const STRINGS_BODY = JSON.stringify(Array.from({ length: 100 }, (_, i) => `customer-${i}-value`));
+/** One deduplicating token, the same every time: after the first request, every one matches it. */
+const DEDUPE_BODY = JSON.stringify({ type: 'token', data: 'customer-1-value', fingerprint_expression: '{{ data }}', deduplicate_token: true });
 const opts = (url: string): LoadOptions => row === 'proxy'
   ? { url: `${url}/proxy/anything`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-proxy-key': 'bench_proxy_key_0123456789abcdef' }, body: JSON.stringify({ order: 'o-1', amount: 100, currency: 'usd', items: [{ sku: 'a', qty: 1 }] }), connections: 50 }
-  : { url: `${url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: '"customer-1-value"', connections: 64 };
-const results: Record<string, { rps: number[]; cpu: number[]; p99: number[] }> = {};
+  : row === 'tokenize-dedupe'
+    ? { url: `${url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: DEDUPE_BODY, connections: 64 }
+  : row === 'tokenize100'
+    ? { url: `${url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: STRINGS_BODY, connections: 16 }
+    : { url: `${url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: '"customer-1-value"', connections: 64 };
+const results: Record<string, { rps: number[]; cpu: number[]; p99: number[]; db: number[] }> = {};
 for (const s of servers) {
-  results[s.label] = { rps: [], cpu: [], p99: [] };
+  results[s.label] = { rps: [], cpu: [], p99: [], db: [] };
   await runner.run({ ...opts(s.url), durationMs: 2000, warmupMs: 500 });
 }
 for (let r = 0; r < rounds; r++) {
   const order = r % 2 === 0 ? servers : [...servers].reverse();
   for (const s of order) {
     const t0 = treeTicks(s.pid);
+    const d0 = onPostgres ? treeTicks(postmaster) : 0;
     const res = await runner.run({ ...opts(s.url), durationMs: Number(process.env.AB_MS ?? 3000), warmupMs: 300 });
     const t1 = treeTicks(s.pid);
+    const d1 = onPostgres ? treeTicks(postmaster) : 0;
     if (res.errors) console.log(`${s.label}: ${res.errors} errors ${JSON.stringify(res.statuses)}`);
     results[s.label]!.rps.push(res.rps);
     results[s.label]!.p99.push(res.p99);
     results[s.label]!.cpu.push(((t1 - t0) / CLK_TCK) * 1e6 / (res.requests + res.warmupRequests));
+    results[s.label]!.db.push(((d1 - d0) / CLK_TCK) * 1e6 / (res.requests + res.warmupRequests));
   }
 }
 const med = (a: number[]) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)]!;
-console.log(`row ${row}, ${rounds} rounds, node ${process.version}, load average ${loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+console.log(`row ${row}${onPostgres ? ' (PostgreSQL store)' : ''}, ${rounds} rounds, node ${process.version}, load average ${loadavg().map((x) => x.toFixed(2)).join(' ')}`);
 for (const s of servers) {
   const x = results[s.label]!;
-  console.log(`${s.label.padEnd(8)} req/s median ${med(x.rps).toFixed(0)} [${Math.min(...x.rps).toFixed(0)}-${Math.max(...x.rps).toFixed(0)}]  cpu us/req median ${med(x.cpu).toFixed(1)} [${Math.min(...x.cpu).toFixed(1)}-${Math.max(...x.cpu).toFixed(1)}]  p99 ${med(x.p99).toFixed(1)} ms`);
+  console.log(`${s.label.padEnd(8)} req/s median ${med(x.rps).toFixed(0)} [${Math.min(...x.rps).toFixed(0)}-${Math.max(...x.rps).toFixed(0)}]  cpu us/req median ${med(x.cpu).toFixed(1)} [${Math.min(...x.cpu).toFixed(1)}-${Math.max(...x.cpu).toFixed(1)}]  p99 ${med(x.p99).toFixed(1)} ms${onPostgres ? `  PostgreSQL cpu us/req median ${med(x.db).toFixed(1)}` : ''}`);
 }
 const base = results[servers[0]!.label]!;
 for (const s of servers.slice(1)) {
@@ -96,4 +132,6 @@ for (const s of servers.slice(1)) {
 await runner.close();
 for (const s of servers) s.child.kill('SIGTERM');
 await Promise.all(servers.map((s) => new Promise((r) => s.child.once('exit', r))));
+if (process.env.AB_PG_LOG) console.log(`statements logged to ${join(cluster!.dataDir!, '..', 'server.log')} (the cluster is left running: stop it with pg_ctl)`);
+else await cluster?.stop();
 process.exit(0);

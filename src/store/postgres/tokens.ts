@@ -1,7 +1,9 @@
 /**
  * Tokens in PostgreSQL (issue 24): insertMany, get, getMany, update, delete, list, purgeCvc.
  *
- * A batch is one transaction. Deduplication is a constraint: the token written by a
+ * A batch is all or nothing: with no deduplicating record, one multi-row INSERT shared with
+ * concurrent batches (insert-batcher.ts); one deduplicating record, its match and its insert as
+ * statements of their own; otherwise one transaction. Deduplication is a constraint: the token written by a
  * deduplicating insert holds its tenant's slot for (type, container, fingerprint)
  * (`dedupe_slot`, unique index tokens_dedupe), so of N concurrent identical inserts one writes and
  * the others wait on the index, then find its token. Before writing, the oldest live token of
@@ -19,7 +21,8 @@ import type pg from 'pg';
 import { checkPage, decodeCursor, encodeCursor } from '../codec.js';
 import { DuplicateTokenError, StoreUnavailableError, type InsertOptions, type Page, type PageResult, type StoredToken, type TokenFilter, type TokenPort } from '../types.js';
 import { Names } from './names.js';
-import { isUniqueViolation, query, transaction } from './pool.js';
+import { InsertBatcher, MAX_ROWS } from './insert-batcher.js';
+import { isUniqueViolation, query, storeError, transaction } from './pool.js';
 import { decodeDigest, decodeSealed, decodeTime, encodeDigest, encodeSealed, encodeTime, splitId, splitIds } from './wire.js';
 
 const T = 'tokenproxy.tokens';
@@ -109,6 +112,18 @@ const INSERT_COLUMNS = `tenant, id, custom_id, type, container, sealed, cvc_seal
   expires_ms, expires_text`;
 const PLACEHOLDERS = Array.from({ length: 23 }, (_, i) => `$${i + 1}`).join(', ');
 
+/** The INSERT of n plain rows (no deduplication slot), cached per row count. */
+const insertTexts = new Map<number, string>();
+function insertText(n: number): string {
+  let text = insertTexts.get(n);
+  if (text === undefined) {
+    const tuples = Array.from({ length: n }, (_, r) => `(${Array.from({ length: 23 }, (_, i) => `$${r * 23 + i + 1}`).join(', ')}, false)`);
+    text = `INSERT INTO ${T} (${INSERT_COLUMNS}, dedupe_slot) VALUES ${tuples.join(', ')}`;
+    if (insertTexts.size < MAX_ROWS) insertTexts.set(n, text);
+  }
+  return text;
+}
+
 /** Validates the dates of every record before anything is sent (TypeError). */
 function checkDates(records: readonly StoredToken[]): void {
   for (const r of records) {
@@ -133,8 +148,13 @@ function repeatedId(records: readonly StoredToken[]): string | null {
 export class PostgresTokens implements TokenPort {
   readonly #names: Names;
 
+  readonly #plain: InsertBatcher;
+
   constructor(private readonly pool: pg.Pool) {
     this.#names = new Names(pool);
+    // Half the pool for plain inserts (issue 24): batches queued behind them share the next
+    // statement, and the other half stays free for reads and deduplicating writes.
+    this.#plain = new InsertBatcher(pool, insertText, Math.max(1, Math.floor(pool.options.max / 2)));
   }
 
   async insertMany(records: StoredToken[], options: InsertOptions = {}): Promise<Array<StoredToken | null>> {
@@ -145,7 +165,18 @@ export class PostgresTokens implements TokenPort {
     // Numbered before the transaction (names.ts): a rolled-back batch leaves no stale cache entry.
     const dict = await this.#names.numbers(records.flatMap((r) => [r.tenant_id, r.fingerprint_expression, r.mask, r.created_by, r.modified_by]));
     const rows = records.map((r) => values(r, dict.get(r.tenant_id)!, dict));
+    const plain = !records.some((r, i) => options.dedupe?.[i] === true && r.fingerprint !== null);
     try {
+      // No deduplication: one INSERT statement, its own transaction, shared with concurrent
+      // batches (insert-batcher.ts, issue 24): one round trip instead of BEGIN, INSERTs, COMMIT.
+      if (plain && rows.length <= MAX_ROWS) {
+        await this.#plain.insert(rows);
+        return records.map(() => null);
+      }
+      // One deduplicating record: its statements on their own (issue 24), no BEGIN/COMMIT. Each
+      // is atomic, and with one record there is nothing to roll back with it: a match is a read,
+      // giving up an expired slot is right whatever follows, and the insert is one statement.
+      if (records.length === 1) return [await this.#insertDeduplicated(this.pool, records[0]!, rows[0]!)];
       return await transaction(this.pool, async (c) => {
         const out: Array<StoredToken | null> = [];
         for (const [i, r] of records.entries()) {
@@ -175,33 +206,51 @@ export class PostgresTokens implements TokenPort {
     return null;
   }
 
-  async #oldestLive(c: pg.PoolClient, r: StoredToken, tenant: number): Promise<StoredToken | null> {
+  /**
+   * One prepared statement (`name`: parsed and planned once per connection) on this transaction's
+   * client, or on any pooled connection (its own transaction; failures become StoreUnavailableError).
+   */
+  async #run<R extends pg.QueryResultRow>(on: pg.PoolClient | pg.Pool, name: string, text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
+    if (on !== this.pool) return on.query<R>({ name, text, values });
+    try {
+      return await this.pool.query<R>({ name, text, values });
+    } catch (err) {
+      throw storeError(err);
+    }
+  }
+
+  /**
+   * The oldest live token of the record's tenant, type, container and fingerprint; when there is
+   * none, an expired slot holder gives the slot up in the same statement (issue 24: one round
+   * trip, not two). Only an expired one: a live holder committed meanwhile by a concurrent insert
+   * keeps its slot (the insert that follows then finds it). A data-modifying WITH runs whether or
+   * not the query reads it.
+   */
+  async #oldestLiveOrRelease(on: pg.PoolClient | pg.Pool, r: StoredToken, tenant: number): Promise<StoredToken | null> {
     const now = Date.now();
-    const hit = await c.query<Row>(
-      `SELECT ${COLUMNS} FROM ${T} WHERE tenant = $1 AND fingerprint = $2 AND type = $3 AND container = $4 AND ${live('$5')}
-       ORDER BY seq LIMIT 1`,
+    const hit = await this.#run<Row>(on, 'tokenproxy_dedupe_match',
+      `WITH hit AS (
+         SELECT ${COLUMNS} FROM ${T} WHERE tenant = $1 AND fingerprint = $2 AND type = $3 AND container = $4 AND ${live('$5')}
+         ORDER BY seq LIMIT 1
+       ), released AS (
+         UPDATE ${T} SET dedupe_slot = false WHERE tenant = $1 AND type = $3 AND container = $4 AND fingerprint = $2 AND dedupe_slot
+         AND expires_ms <= $5 AND NOT EXISTS (SELECT 1 FROM hit)
+       )
+       SELECT * FROM hit`,
       [tenant, encodeDigest(r.fingerprint!), r.type, r.container, now],
     );
     return hit.rows[0] ? (await decodeRows(this.#names, r.tenant_id, hit.rows, now))[0]! : null;
   }
 
   /** The oldest live match, or this record written holding the slot. */
-  async #insertDeduplicated(c: pg.PoolClient, r: StoredToken, row: unknown[]): Promise<StoredToken | null> {
+  async #insertDeduplicated(on: pg.PoolClient | pg.Pool, r: StoredToken, row: unknown[]): Promise<StoredToken | null> {
     const tenant = row[0] as number;
     for (let attempt = 0; attempt < 10; attempt++) {
-      const hit = await this.#oldestLive(c, r, tenant);
+      const hit = await this.#oldestLiveOrRelease(on, r, tenant);
       if (hit) return hit;
-      // No live token: an expired slot holder gives the slot up. Only an expired one: this
-      // statement sees what committed since the read above (READ COMMITTED), and a live holder
-      // committed meanwhile by a concurrent insert keeps its slot (the insert below then finds it).
-      await c.query(
-        `UPDATE ${T} SET dedupe_slot = false WHERE tenant = $1 AND type = $2 AND container = $3 AND fingerprint = $4 AND dedupe_slot
-         AND expires_ms <= $5`,
-        [tenant, r.type, r.container, encodeDigest(r.fingerprint!), Date.now()],
-      );
       // Waits on the unique index for a concurrent insert of the same slot; when that one
       // commits, nothing is written here and the next round returns its token.
-      const written = await c.query(
+      const written = await this.#run(on, 'tokenproxy_dedupe_insert',
         `INSERT INTO ${T} (${INSERT_COLUMNS}, dedupe_slot) VALUES (${PLACEHOLDERS}, true)
          ON CONFLICT (tenant, type, container, fingerprint) WHERE dedupe_slot DO NOTHING RETURNING seq`,
         row,
