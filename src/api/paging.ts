@@ -1,28 +1,11 @@
 /**
- * Page parameters of the routes that still check their query by hand (GET /logs): the same
- * answers as the token list's schema gives (src/api/tokens.ts, with the same sizes), `size` 1 to
- * 100 and an opaque `start` cursor.
+ * Page sizes shared by every paged route (the token list and search, GET /logs, the management
+ * lists; their query schemas check them), and the page-based answer of the management lists.
  */
-import { ServiceError } from '../errors.js';
 
-/** Page sizes of every paged route (the token list and search, GET /logs). */
+/** Page sizes of every paged route. */
 export const DEFAULT_PAGE_SIZE = 20;
 export const MAX_PAGE_SIZE = 100;
-
-export function pageSize(raw: unknown): number {
-  if (raw === undefined || raw === null || raw === '') return DEFAULT_PAGE_SIZE;
-  const n = typeof raw === 'number' ? raw : Number(raw);
-  if (!Number.isInteger(n) || n < 1 || n > MAX_PAGE_SIZE) {
-    throw new ServiceError('validation_failed', { detail: `size must be an integer from 1 to ${MAX_PAGE_SIZE}`, errors: { size: [`must be 1 to ${MAX_PAGE_SIZE}`] } });
-  }
-  return n;
-}
-
-export function cursor(raw: unknown): string | null {
-  if (raw === undefined || raw === null || raw === '') return null;
-  if (typeof raw !== 'string') throw new ServiceError('invalid_cursor');
-  return raw;
-}
 
 /**
  * The page-based lists of the management routes (issue 28), as the original service's clients
