@@ -1,0 +1,43 @@
+/**
+ * Review of the management reads (issue 28): what the first tests (management.test.ts) did not
+ * try. A destination URL's fragment, never sent to the destination, may carry a secret (an
+ * OAuth-style `#access_token=`) and is shown by no answer; the path and its `;` parameters are
+ * the destination's address and are shown (docs/api.md "Management reads" says so).
+ */
+import t from 'tap';
+import { randomBytes } from 'node:crypto';
+import { baseConfig, startTestService } from '../helpers/service.js';
+
+const secret = (name: string) => `${name}${randomBytes(6).toString('hex')}`;
+const MGMT = secret('mgmt_review_key_0123456789_');
+const FRAGMENT_SECRET = secret('fragsecret');
+const ENCODED_FRAGMENT_SECRET = secret('encfragsecret');
+
+function config(): Record<string, unknown> {
+  const cfg = baseConfig() as any;
+  cfg.tenants[0].applications.push({ id: 'aaaaaaaa-0000-4000-8000-0000000000b1', name: 'ops', type: 'management', keys: [MGMT] });
+  cfg.tenants[0].proxies = [
+    { id: 'hook', name: 'hook', key: secret('proxy_key_hook_0123456789'), destination_url: `https://hooks.example/in#access_token=${FRAGMENT_SECRET}` },
+    { id: 'enc', name: 'enc', key: secret('proxy_key_enc_0123456789'),
+      destination_url: `https://u%40x:p%23w@hooks.example/a;v=1/b?k=1#%61ccess=${ENCODED_FRAGMENT_SECRET}` },
+  ];
+  return cfg;
+}
+
+const s = await startTestService(t, { config: config() });
+
+t.test('a destination fragment is never shown, in a list or by id', async (t) => {
+  const list = await s.call('GET', '/proxies', { key: MGMT });
+  t.equal(list.status, 200);
+  t.same(list.body.data.map((p: { destination_url: string }) => p.destination_url), ['https://hooks.example/in', 'https://hooks.example/a;v=1/b'],
+    'no credentials, query or fragment; the path as written');
+  for (const id of ['hook', 'enc']) {
+    const one = await s.call('GET', `/proxies/${id}`, { key: MGMT });
+    t.equal(one.status, 200, id);
+    t.notMatch(one.text, /#|access/, `${id}: no fragment`);
+  }
+  for (const text of [list.text]) {
+    t.notOk(text.includes(FRAGMENT_SECRET), 'the fragment secret is not in the list');
+    t.notOk(text.includes(ENCODED_FRAGMENT_SECRET), 'nor the percent-encoded one');
+  }
+});
