@@ -160,7 +160,7 @@ function refusedWrites(k: Kind): ApiRoute[] {
     },
   };
   return [k.path, `${k.path}/:id`].flatMap((path) => WRITE_METHODS.map((method): ApiRoute => ({
-    ...base, method, path, schemas,
+    ...base, method, path, schemas, refused: true,
     handle: async () => {
       throw new ServiceError('managed_by_config', { detail, headers: { allow: 'GET' } });
     },

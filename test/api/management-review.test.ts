@@ -2,7 +2,9 @@
  * Review of the management reads (issue 28): what the first tests (management.test.ts) did not
  * try. A destination URL's fragment, never sent to the destination, may carry a secret (an
  * OAuth-style `#access_token=`) and is shown by no answer; the path and its `;` parameters are
- * the destination's address and are shown (docs/api.md "Management reads" says so).
+ * the destination's address and are shown (docs/api.md "Management reads" says so). The
+ * refused writes (405 managed_by_config) are no method a path allows: another method's 405 and a
+ * browser's preflight name only what is served.
  */
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
@@ -12,10 +14,12 @@ const secret = (name: string) => `${name}${randomBytes(6).toString('hex')}`;
 const MGMT = secret('mgmt_review_key_0123456789_');
 const FRAGMENT_SECRET = secret('fragsecret');
 const ENCODED_FRAGMENT_SECRET = secret('encfragsecret');
+const SHOP = 'https://shop.example';
 
 function config(): Record<string, unknown> {
   const cfg = baseConfig() as any;
   cfg.tenants[0].applications.push({ id: 'aaaaaaaa-0000-4000-8000-0000000000b1', name: 'ops', type: 'management', keys: [MGMT] });
+  cfg.tenants[0].applications[1].allowed_origins = [SHOP];
   cfg.tenants[0].proxies = [
     { id: 'hook', name: 'hook', key: secret('proxy_key_hook_0123456789'), destination_url: `https://hooks.example/in#access_token=${FRAGMENT_SECRET}` },
     { id: 'enc', name: 'enc', key: secret('proxy_key_enc_0123456789'),
@@ -40,4 +44,26 @@ t.test('a destination fragment is never shown, in a list or by id', async (t) =>
     t.notOk(text.includes(FRAGMENT_SECRET), 'the fragment secret is not in the list');
     t.notOk(text.includes(ENCODED_FRAGMENT_SECRET), 'nor the percent-encoded one');
   }
+});
+
+t.test('a refused write is no allowed method: Allow and preflights name only GET', async (t) => {
+  for (const path of ['/applications', '/applications/key', '/proxies', '/proxies/hook', '/reactors', '/reactors/x']) {
+    const r = await s.call('OPTIONS', path, { key: MGMT });
+    t.equal(r.status, 405, `OPTIONS ${path}`);
+    t.equal(r.body.code, 'method_not_allowed');
+    t.equal(r.headers.get('allow'), 'GET', `OPTIONS ${path}: Allow names only GET, as the 405 managed_by_config does`);
+    const w = await s.call('DELETE', path, { key: MGMT });
+    t.equal(w.headers.get('allow'), 'GET', `DELETE ${path}: the same Allow`);
+  }
+  const preflight = (path: string, method: string) => s.call('OPTIONS', path, { key: null, headers: { origin: SHOP, 'access-control-request-method': method } });
+  const ok = await preflight('/applications/key', 'GET');
+  t.equal(ok.status, 204, 'a public application listing the origin may read its own application');
+  t.equal(ok.headers.get('access-control-allow-methods'), 'GET, HEAD', 'the preflight names only the served methods');
+  for (const method of ['POST', 'PUT', 'PATCH', 'DELETE']) {
+    const r = await preflight('/applications/key', method);
+    t.equal(r.status, 403, `a preflight for ${method} is refused: nothing is served there`);
+    t.equal(r.body.code, 'origin_not_allowed');
+  }
+  const list = await preflight('/proxies', 'POST');
+  t.equal(list.status, 403, 'no write on /proxies passes a preflight');
 });
