@@ -2,7 +2,8 @@
  * README "Coming from the hosted service" names SDK calls (issue 28 review): each call it names
  * in a row is a method of the original's Node SDK as installed (5.x), so the table promises
  * nothing the SDK cannot call. What each served call answers is tested through the SDK next
- * to this file (sdk-tokens, sdk-management); the calls not served answer 404 route_not_found.
+ * to this file (sdk-tokens, sdk-management); the calls not served answer 404 route_not_found,
+ * but the tenant's update and delete, whose path GET /tenants/self serves: 405 method_not_allowed.
  */
 import t from 'tap';
 import { readFileSync } from 'node:fs';
@@ -39,12 +40,18 @@ t.test('every call a served or 405 row names is a method of the SDK', async (t) 
   for (const call of named) t.equal(typeof resolve(call), 'function', `client.${call} exists`);
 });
 
-t.test("tenants.self.getUsageReports is named as not served, and is not", async (t) => {
-  const notServed = rows.find((r) => r[2]?.startsWith('not served'))![1]!;
-  t.match(notServed, '`getUsageReports`');
+t.test('tenants.self: getUsageReports is not served (404), update and delete answer 405', async (t) => {
+  const row = rows.find((r) => r[2]?.startsWith('not served'))!;
+  t.match(row[1], '`self.getUsageReports`');
   const svc = await startTestService(t);
   const { client: live } = sdkClient(svc.url, KEYS.private);
   const err = await live.tenants.self.getUsageReports().then(() => null, (e: unknown) => e as { statusCode?: number; body?: { code?: string } });
   t.equal(err?.statusCode, 404);
   t.equal(err?.body?.code, 'route_not_found');
+  t.match(row[2], '`self.update`/`delete`: `405 method_not_allowed`', 'the row says the tenant writes answer 405');
+  for (const [name, call] of [['update', () => live.tenants.self.update({ name: 'x' })], ['delete', () => live.tenants.self.delete()]] as const) {
+    const e = await call().then(() => null, (x: unknown) => x as { statusCode?: number; body?: { code?: string } });
+    t.equal(e?.statusCode, 405, `tenants.self.${name}: 405 (GET /tenants/self is served)`);
+    t.equal(e?.body?.code, 'method_not_allowed');
+  }
 });
