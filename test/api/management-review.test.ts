@@ -67,3 +67,16 @@ t.test('a refused write is no allowed method: Allow and preflights name only GET
   const list = await preflight('/proxies', 'POST');
   t.equal(list.status, 403, 'no write on /proxies passes a preflight');
 });
+
+t.test('an unknown application type is a 400, as on /permissions, never an empty page', async (t) => {
+  for (const q of ['type=managment', 'type=private&type=root']) {
+    const r = await s.call('GET', `/applications?${q}`, { key: MGMT });
+    t.equal(r.status, 400, q);
+    t.equal(r.body.code, 'validation_failed');
+    t.ok(r.body.errors.type, 'names the type parameter');
+    t.notMatch(r.text, /managment|root/, 'without echoing the value');
+  }
+  const ok = await s.call('GET', '/applications?type=public&type=management', { key: MGMT });
+  t.equal(ok.status, 200);
+  t.same(ok.body.data.map((a: { type: string }) => a.type), ['public', 'management'], 'known types still filter');
+});
