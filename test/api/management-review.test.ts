@@ -15,6 +15,7 @@ const MGMT = secret('mgmt_review_key_0123456789_');
 const FRAGMENT_SECRET = secret('fragsecret');
 const ENCODED_FRAGMENT_SECRET = secret('encfragsecret');
 const SHOP = 'https://shop.example';
+const MGMT_B = secret('mgmt_review_key_b_0123456789_');
 
 function config(): Record<string, unknown> {
   const cfg = baseConfig() as any;
@@ -25,6 +26,10 @@ function config(): Record<string, unknown> {
     { id: 'enc', name: 'enc', key: secret('proxy_key_enc_0123456789'),
       destination_url: `https://u%40x:p%23w@hooks.example/a;v=1/b?k=1#%61ccess=${ENCODED_FRAGMENT_SECRET}` },
   ];
+  // Tenant B reuses the ids: proxy and reactor ids are the operator's words, not UUIDs.
+  cfg.tenants[1].applications.push({ id: 'bbbbbbbb-0000-4000-8000-0000000000b1', name: 'ops-b', type: 'management', keys: [MGMT_B] });
+  cfg.tenants[1].proxies = [{ id: 'hook', name: 'hook of b', key: secret('proxy_key_b_hook_0123456789'), destination_url: 'https://tenant-b.example/in' }];
+  cfg.tenants[1].reactors = [{ id: 'only-b', name: 'only-b', code: 'module.exports = async () => ({ raw: 1 });' }];
   return cfg;
 }
 
@@ -79,4 +84,33 @@ t.test('an unknown application type is a 400, as on /permissions, never an empty
   const ok = await s.call('GET', '/applications?type=public&type=management', { key: MGMT });
   t.equal(ok.status, 200);
   t.same(ok.body.data.map((a: { type: string }) => a.type), ['public', 'management'], 'known types still filter');
+});
+
+t.test('ids shared by two tenants: each management key reads its own; another tenant\'s id is a 404', async (t) => {
+  const a = await s.call('GET', '/proxies/hook', { key: MGMT });
+  const b = await s.call('GET', '/proxies/hook', { key: MGMT_B });
+  t.equal(a.body.destination_url, 'https://hooks.example/in', "tenant A's hook");
+  t.equal(b.body.destination_url, 'https://tenant-b.example/in', "tenant B's hook");
+  t.same((await s.call('GET', '/proxies?id=hook', { key: MGMT_B })).body.data.map((p: { name: string }) => p.name), ['hook of b']);
+  const other = await s.call('GET', '/reactors/only-b', { key: MGMT });
+  t.equal(other.status, 404, "tenant B's reactor id, asked by tenant A");
+  const none = await s.call('GET', '/reactors/never-configured', { key: MGMT });
+  t.same(other.body, none.body, 'the same answer as an id no tenant has (no probing)');
+  t.same((await s.call('GET', '/reactors?id=only-b', { key: MGMT })).body.pagination.total_items, 0, 'nor through the id filter');
+});
+
+t.test('an id or query value holding a key is never echoed by an error', async (t) => {
+  for (const path of [`/applications/${MGMT}`, `/proxies/${MGMT}`, `/reactors/${MGMT}`]) {
+    const r = await s.call('GET', path, { key: MGMT });
+    t.equal(r.status, 404, path.slice(0, 14));
+    t.notOk(r.text.includes(MGMT), 'the 404 does not echo the id');
+  }
+  for (const q of [`page=${MGMT}`, `size=${MGMT}`, `type=${MGMT}`]) {
+    const r = await s.call('GET', `/applications?${q}`, { key: MGMT });
+    t.equal(r.status, 400, q.slice(0, 5));
+    t.notOk(r.text.includes(MGMT), 'the 400 does not echo the value');
+  }
+  const perm = await s.call('GET', `/permissions?application_type=${MGMT}`, { key: MGMT });
+  t.equal(perm.status, 400);
+  t.notOk(perm.text.includes(MGMT), '/permissions does not echo the value');
 });
