@@ -16,6 +16,7 @@ const FRAGMENT_SECRET = secret('fragsecret');
 const ENCODED_FRAGMENT_SECRET = secret('encfragsecret');
 const SHOP = 'https://shop.example';
 const MGMT_B = secret('mgmt_review_key_b_0123456789_');
+const MGMT_B_LOGS = secret('mgmt_review_key_b_logs_0123456789_');
 
 function config(): Record<string, unknown> {
   const cfg = baseConfig() as any;
@@ -28,6 +29,8 @@ function config(): Record<string, unknown> {
   ];
   // Tenant B reuses the ids: proxy and reactor ids are the operator's words, not UUIDs.
   cfg.tenants[1].applications.push({ id: 'bbbbbbbb-0000-4000-8000-0000000000b1', name: 'ops-b', type: 'management', keys: [MGMT_B] });
+  // As configs were written before the reads existed: a management application for the audit trail.
+  cfg.tenants[1].applications.push({ id: 'bbbbbbbb-0000-4000-8000-0000000000b2', name: 'audit', type: 'management', keys: [MGMT_B_LOGS], permissions: ['log:read'] });
   cfg.tenants[1].proxies = [{ id: 'hook', name: 'hook of b', key: secret('proxy_key_b_hook_0123456789'), destination_url: 'https://tenant-b.example/in' }];
   cfg.tenants[1].reactors = [{ id: 'only-b', name: 'only-b', code: 'module.exports = async () => ({ raw: 1 });' }];
   return cfg;
@@ -113,4 +116,12 @@ t.test('an id or query value holding a key is never echoed by an error', async (
   const perm = await s.call('GET', `/permissions?application_type=${MGMT}`, { key: MGMT });
   t.equal(perm.status, 400);
   t.notOk(perm.text.includes(MGMT), '/permissions does not echo the value');
+});
+
+t.test('a management application written before the reads (log:read only) keeps them all', async (t) => {
+  for (const path of ['/applications', '/proxies', '/proxies/hook', '/reactors', '/reactors/only-b', '/tenants/self', '/permissions']) {
+    t.equal((await s.call('GET', path, { key: MGMT_B_LOGS })).status, 200, path);
+  }
+  const own = await s.call('GET', '/applications/key', { key: MGMT_B_LOGS });
+  t.same(own.body.permissions, ['log:read', 'application:read', 'proxy:read', 'reactor:read', 'tenant:read', 'permission:read'], 'shown with the reads it holds');
 });
