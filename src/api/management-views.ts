@@ -49,7 +49,7 @@ export const ProxyView = z
     id: z.string(),
     tenant_id: z.string(),
     name: z.string(),
-    destination_url: z.string().describe('Without credentials or query (either may hold a secret)'),
+    destination_url: z.string().describe('Without credentials, query or fragment (each may hold a secret); the path is shown'),
     require_auth: z.boolean(),
     request_transforms: z.array(TransformView),
     response_transforms: z.array(TransformView),

@@ -34,11 +34,14 @@ const paging = {
   size: z.preprocess((v) => blank(first(v)), z.coerce.number().int().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE))
     .describe(`Page size, 1 to ${MAX_PAGE_SIZE} (default ${DEFAULT_PAGE_SIZE})`),
 };
+/** Application types, one or repeated; an unknown one is a 400 (as /permissions), not an empty page (issue 28 review). */
+const appType = z.enum(APPLICATION_TYPES);
+const types = z.union([appType, z.array(appType)]).transform((v) => (Array.isArray(v) ? v : [v]));
 const byName = oneOrMore.transform((v) => first(v)).optional().describe('Only those whose name contains this text (case-insensitive)');
 
 const ApplicationsQuery = z.object({
   id: many.optional().describe('An application id; repeat for several'),
-  type: many.optional().describe('private, public or management; repeat for several'),
+  type: types.optional().describe('private, public or management; repeat for several'),
   ...paging,
 });
 const NamedQuery = z.object({ id: many.optional().describe('An id; repeat for several'), name: byName, ...paging });
@@ -160,7 +163,7 @@ function refusedWrites(k: Kind): ApiRoute[] {
     },
   };
   return [k.path, `${k.path}/:id`].flatMap((path) => WRITE_METHODS.map((method): ApiRoute => ({
-    ...base, method, path, schemas,
+    ...base, method, path, schemas, refused: true,
     handle: async () => {
       throw new ServiceError('managed_by_config', { detail, headers: { allow: 'GET' } });
     },

@@ -91,6 +91,11 @@ interface RouteBase {
   kinds?: readonly KeyKind[];
   /** Request and response schemas: they validate the request and make the OpenAPI document (route-schema.ts). */
   schemas?: RouteSchemas;
+  /**
+   * The route only refuses its method (issue 28: the 405 managed_by_config of a write): not a
+   * method the path allows, so a 405's Allow and a preflight's methods leave it out.
+   */
+  refused?: true;
 }
 
 /** SVC-API-KEY. */

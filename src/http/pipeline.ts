@@ -41,6 +41,8 @@ const OPENAPI_PATH = '/openapi.json';
 interface Entry<C> {
   method: string;
   path: string;
+  /** Only refuses its method (RouteBase.refused): left out of Allow. */
+  refused?: boolean;
   compiled: C;
 }
 
@@ -48,7 +50,7 @@ export function createPipeline(opts: PipelineOptions): (req: IncomingMessage, re
   // A 404 says where the routes are (issue 29), when this listener serves the document.
   const listed = opts.routes.some((r) => r.method === 'GET' && r.path === OPENAPI_PATH);
   // Each route's stages are chosen here, once (stages.ts), not per request.
-  const entries = opts.routes.map((r) => ({ method: r.method, path: r.path, compiled: compileRoute(r, opts) }));
+  const entries = opts.routes.map((r) => ({ method: r.method, path: r.path, refused: r.refused === true, compiled: compileRoute(r, opts) }));
   const router = new Router(entries, listed ? `No route has this path: GET ${OPENAPI_PATH} lists every route of this service` : undefined);
   const logAccess = opts.log.isLevelEnabled('info');
   // One listener for both records of a finished request, the metric and the access line, shared by
@@ -179,7 +181,7 @@ function preflight(opts: PipelineOptions, router: Router<Entry<CompiledRoute>>, 
   if (routes.length === 0) throw new ServiceError('route_not_found');
   if (routes.some((r) => r.auth !== 'api')) return false;
   ctx.route = routes[0];
-  const methods = [...new Set(routes.filter((r) => opts.cors?.routeAllows(origin, r)).flatMap((r) => (r.method === 'GET' ? ['GET', 'HEAD'] : [r.method])))];
+  const methods = [...new Set(routes.filter((r) => !r.refused && opts.cors?.routeAllows(origin, r)).flatMap((r) => (r.method === 'GET' ? ['GET', 'HEAD'] : [r.method])))];
   const asked = String(ctx.req.headers['access-control-request-method']).toUpperCase();
   ctx.headers.vary = 'Origin';
   if (!methods.includes(asked)) throw originRefused();

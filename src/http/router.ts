@@ -18,7 +18,7 @@ interface Compiled<R> {
   route: R;
 }
 
-export class Router<R extends { method: string; path: string }> {
+export class Router<R extends { method: string; path: string; refused?: boolean }> {
   private readonly compiled: Compiled<R>[];
 
   /** `notFound`: the detail of a route_not_found, e.g. where the routes are listed (issue 29). */
@@ -37,15 +37,18 @@ export class Router<R extends { method: string; path: string }> {
     parts.shift(); // leading ''
     if (parts.length > 0 && parts[parts.length - 1] === '' && !pathname.startsWith('/proxy/')) parts.pop();
     const allowed: string[] = [];
+    let matched = false;
     for (const c of this.compiled) {
       const m = this.tryMatch(c, parts);
       if (!m) continue;
       if (c.method === method || (method === 'HEAD' && c.method === 'GET') || c.method === '*') {
         return { route: c.route, params: m.params, rest: m.rest };
       }
-      allowed.push(c.method);
+      matched = true;
+      // A route that only refuses its method (issue 28's 405 managed_by_config) is not allowed.
+      if (c.route.refused !== true) allowed.push(c.method);
     }
-    if (allowed.length) {
+    if (matched) {
       throw new ServiceError('method_not_allowed', { headers: { allow: [...new Set(allowed)].join(', ') } });
     }
     // The path is not echoed: it may hold a token id or a value sent in the wrong place.

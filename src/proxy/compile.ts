@@ -82,12 +82,17 @@ function hasCaptureGroup(regex: RegExp): boolean {
   return (new RegExp(`${regex.source}|`).exec('')?.length ?? 0) > 1;
 }
 
-/** A URL without credentials or query (either may hold a secret): what the management routes show. */
+/**
+ * A URL without credentials, query or fragment (each may hold a secret; the fragment is never
+ * sent to the destination, so showing it serves nothing, issue 28 review): what the management
+ * routes show.
+ */
 function safeUrl(raw: string): string {
   const u = new URL(raw);
   u.username = '';
   u.password = '';
   u.search = '';
+  u.hash = '';
   return u.toString();
 }
 
