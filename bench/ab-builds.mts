@@ -11,7 +11,11 @@
  * ROW `tokenize`: POST /tokenize with one string, 64 connections, rate limits off (as
  * tokenize.ts's row); `proxy`: POST /proxy/anything through a proxy without transforms to a
  * local upstream, 50 connections, rate limits on in memory and never refusing (as proxy.ts's
- * pass-through row). AB_MS sets the measuring window (default 3000 ms). Build a baseline with
+ * pass-through row); `proxy-tokenize`: the same through a proxy whose request transform tokenizes
+ * a card and an SSN (leak guard at its default, `log`), as proxy.ts's tokenizing row. A build
+ * given as `forwarder=forwarder` is the bare node:http + undici forwarder
+ * (lib/reference-server.mjs) to the same upstream, measured the same way, for the ratio issue 25
+ * states (session 13). AB_MS sets the measuring window (default 3000 ms). Build a baseline with
  * `git worktree add` or `git archive REV | tar -x -C DIR`, then `tsc -p tsconfig.build.json` in it.
  */
 import { spawn } from 'node:child_process';
@@ -37,15 +41,29 @@ async function upstream(): Promise<string> {
   return `http://127.0.0.1:${(srv.address() as { port: number }).port}`;
 }
 
-const up = row === 'proxy' ? await upstream() : '';
+const proxyRow = row === 'proxy' || row === 'proxy-tokenize';
+const up = proxyRow ? await upstream() : '';
+const TOKENIZE_KEY = 'bench_proxy_key_tok_0123456789abcdef';
+const CARD = { number: '4242424242424242', expiration_month: 12, expiration_year: 2030, cvc: '123' };
+
+async function startForwarder(): Promise<{ url: string; pid: number; child: ReturnType<typeof spawn> }> {
+  const script = new URL('./lib/reference-server.mjs', import.meta.url).pathname;
+  const child = spawn(process.execPath, ['--no-node-snapshot', ...(process.env.AB_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.AB_PROF}/forwarder`] : []), script, 'forwarder', up], { env: { ...process.env, NODE_OPTIONS: '' }, stdio: ['ignore', 'pipe', 'inherit'] });
+  const line = await new Promise<string>((res) => child.stdout!.once('data', (d: Buffer) => res(d.toString())));
+  return { url: `http://127.0.0.1:${(JSON.parse(line) as { port: number }).port}`, pid: child.pid!, child };
+}
+
 async function start(main: string, name: string) {
+  if (main === 'forwarder') return startForwarder();
   const dir = mkdtempSync(join(tmpdir(), `tp-ab-${name}-`));
   const port = await freePort();
-  const raw = benchConfig(row === 'proxy' ? { tenant: {
+  const raw = benchConfig(proxyRow ? { tenant: {
     custom_rate_limits: { proxy_endpoint: { points: 100000000, duration_seconds: 60 }, private_key: { points: 100000000, duration_seconds: 60 } },
-    proxies: [{ id: 'bench-pass', name: 'p', key: 'bench_proxy_key_0123456789abcdef', destination_url: up, require_auth: false, leak_guard: 'off' }] } } : {});
+    proxies: [{ id: 'bench-pass', name: 'p', key: 'bench_proxy_key_0123456789abcdef', destination_url: up, require_auth: false, leak_guard: 'off' },
+      { id: 'bench-tokenize', name: 't', key: TOKENIZE_KEY, destination_url: up, require_auth: false,
+        request_transforms: [{ type: 'tokenize', fields: [{ pointer: '/card', token: { type: 'card' } }, { pointer: '/ssn', token: { type: 'token' } }] }] }] } } : {});
   const config = { ...raw, server: { host: '127.0.0.1', port }, log: { level: 'warn' }, store: { kind: 'embedded', path: join(dir, 'tokens.db') },
-    ...(row === 'proxy' ? { rate_limits: { enabled: true, store: 'memory' } } : {}) };
+    ...(proxyRow ? { rate_limits: { enabled: true, store: 'memory' } } : {}) };
   writeFileSync(join(dir, 'c.json'), JSON.stringify(config));
   const child = spawn(process.execPath, ['--no-node-snapshot', ...(process.env.AB_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.AB_PROF}/${name}`] : []), main, '--config', join(dir, 'c.json')], { env: { ...process.env, TOKENPROXY_MASTER_KEY: randomBytes(32).toString('base64'), NODE_OPTIONS: '' }, stdio: ['ignore', 'ignore', 'inherit'] });
   const url = `http://127.0.0.1:${port}`;
@@ -57,22 +75,28 @@ async function start(main: string, name: string) {
   return { url, pid: child.pid!, child };
 }
 
-const servers: Array<{ label: string; main: string; url: string; pid: number; child: ReturnType<typeof spawn> }> = [];
+type Server = { label: string; main: string; url: string; pid: number; child: ReturnType<typeof spawn> };
+const servers: Server[] = [];
 for (const b of builds) servers.push({ ...b, ...(await start(b.main, b.label)) });
 const runner = await startBenchRunner({ install: false, log: () => {} });
-const opts = (url: string): LoadOptions => row === 'proxy'
-  ? { url: `${url}/proxy/anything`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-proxy-key': 'bench_proxy_key_0123456789abcdef' }, body: JSON.stringify({ order: 'o-1', amount: 100, currency: 'usd', items: [{ sku: 'a', qty: 1 }] }), connections: 50 }
-  : { url: `${url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: '"customer-1-value"', connections: 64 };
+const opts = (s: Server): LoadOptions => {
+  const url = s.main === 'forwarder' ? `${s.url}/anything` : `${s.url}/proxy/anything`;
+  return row === 'proxy'
+  ? { url, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-proxy-key': 'bench_proxy_key_0123456789abcdef' }, body: JSON.stringify({ order: 'o-1', amount: 100, currency: 'usd', items: [{ sku: 'a', qty: 1 }] }), connections: 50 }
+  : row === 'proxy-tokenize'
+  ? { url, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-proxy-key': TOKENIZE_KEY }, body: JSON.stringify({ card: CARD, ssn: '123-45-6789', amount: 100, currency: 'usd' }), connections: 50 }
+  : { url: `${s.url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: '"customer-1-value"', connections: 64 };
+};
 const results: Record<string, { rps: number[]; cpu: number[]; p99: number[] }> = {};
 for (const s of servers) {
   results[s.label] = { rps: [], cpu: [], p99: [] };
-  await runner.run({ ...opts(s.url), durationMs: 2000, warmupMs: 500 });
+  await runner.run({ ...opts(s), durationMs: 2000, warmupMs: 500 });
 }
 for (let r = 0; r < rounds; r++) {
   const order = r % 2 === 0 ? servers : [...servers].reverse();
   for (const s of order) {
     const t0 = treeTicks(s.pid);
-    const res = await runner.run({ ...opts(s.url), durationMs: Number(process.env.AB_MS ?? 3000), warmupMs: 300 });
+    const res = await runner.run({ ...opts(s), durationMs: Number(process.env.AB_MS ?? 3000), warmupMs: 300 });
     const t1 = treeTicks(s.pid);
     if (res.errors) console.log(`${s.label}: ${res.errors} errors ${JSON.stringify(res.statuses)}`);
     results[s.label]!.rps.push(res.rps);
