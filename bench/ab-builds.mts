@@ -33,7 +33,12 @@ import { createServer } from 'node:http';
 
 const [row, roundsArg, ...specs] = process.argv.slice(2);
 const rounds = Number(roundsArg);
-const builds = specs.map((s) => ({ label: s.split('=')[0]!, main: s.split('=')[1]! }));
+// `label=path/dist/main.js` or `label=path/dist/main.js|--flag,--flag`: node flags for that build (session 13: the same build with other V8 heap flags).
+const builds = specs.map((s) => {
+  const [label, rest] = [s.slice(0, s.indexOf('=')), s.slice(s.indexOf('=') + 1)];
+  const [main, flags] = rest.split('|');
+  return { label, main: main!, flags: flags ? flags.split(',') : [] };
+});
 
 async function upstream(): Promise<string> {
   const srv = createServer((req, res) => { req.resume(); req.on('end', () => { res.writeHead(200, { 'content-type': 'application/json' }); res.end('{"ok":true,"id":"abc-123-def-456"}'); }); });
@@ -53,7 +58,7 @@ async function startForwarder(): Promise<{ url: string; pid: number; child: Retu
   return { url: `http://127.0.0.1:${(JSON.parse(line) as { port: number }).port}`, pid: child.pid!, child };
 }
 
-async function start(main: string, name: string) {
+async function start(main: string, name: string, flags: string[]) {
   if (main === 'forwarder') return startForwarder();
   const dir = mkdtempSync(join(tmpdir(), `tp-ab-${name}-`));
   const port = await freePort();
@@ -65,7 +70,7 @@ async function start(main: string, name: string) {
   const config = { ...raw, server: { host: '127.0.0.1', port }, log: { level: 'warn' }, store: { kind: 'embedded', path: join(dir, 'tokens.db') },
     ...(proxyRow ? { rate_limits: { enabled: true, store: 'memory' } } : {}) };
   writeFileSync(join(dir, 'c.json'), JSON.stringify(config));
-  const child = spawn(process.execPath, ['--no-node-snapshot', ...(process.env.AB_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.AB_PROF}/${name}`] : []), main, '--config', join(dir, 'c.json')], { env: { ...process.env, TOKENPROXY_MASTER_KEY: randomBytes(32).toString('base64'), NODE_OPTIONS: '' }, stdio: ['ignore', 'ignore', 'inherit'] });
+  const child = spawn(process.execPath, ['--no-node-snapshot', ...flags, ...(process.env.AB_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.AB_PROF}/${name}`] : []), main, '--config', join(dir, 'c.json')], { env: { ...process.env, TOKENPROXY_MASTER_KEY: randomBytes(32).toString('base64'), NODE_OPTIONS: '' }, stdio: ['ignore', 'ignore', 'inherit'] });
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 600; i++) {
     const ok = await request(`${url}/healthz`, { reset: true }).then((r) => r.body.dump().then(() => r.statusCode === 200), () => false);
@@ -75,9 +80,9 @@ async function start(main: string, name: string) {
   return { url, pid: child.pid!, child };
 }
 
-type Server = { label: string; main: string; url: string; pid: number; child: ReturnType<typeof spawn> };
+type Server = { label: string; main: string; flags: string[]; url: string; pid: number; child: ReturnType<typeof spawn> };
 const servers: Server[] = [];
-for (const b of builds) servers.push({ ...b, ...(await start(b.main, b.label)) });
+for (const b of builds) servers.push({ ...b, ...(await start(b.main, b.label, b.flags)) });
 const runner = await startBenchRunner({ install: false, log: () => {} });
 const opts = (s: Server): LoadOptions => {
   const url = s.main === 'forwarder' ? `${s.url}/anything` : `${s.url}/proxy/anything`;
