@@ -13,8 +13,12 @@
  * tokens/s; CPU per request: /100 per token); `tokenize-dedupe`: one deduplicating token, the
  * same each time (every request after the first matches it), 64 connections; `proxy`: POST /proxy/anything through a proxy without transforms to a
  * local upstream, 50 connections, rate limits on in memory and never refusing (as proxy.ts's
- * pass-through row). AB_MS sets the measuring window (default 3000 ms). AB_STORE=postgres (issue 24):
- * the `tokenize` row on the PostgreSQL store, a private cluster (test/helpers/postgres.ts, fsync and
+ * pass-through row); `proxy-tokenize`: the same through a proxy whose request transform tokenizes
+ * a card and an SSN (leak guard at its default, `log`), as proxy.ts's tokenizing row. A build
+ * given as `forwarder=forwarder` is the bare node:http + undici forwarder
+ * (lib/reference-server.mjs) to the same upstream, measured the same way, for the ratio issue 25
+ * states (session 13). AB_MS sets the measuring window (default 3000 ms). AB_STORE=postgres (issue 24):
+ * the `tokenize` rows on the PostgreSQL store, a private cluster (test/helpers/postgres.ts, fsync and
  * synchronous_commit on) with a database per build, the store's default pool; the cluster's CPU
  * per request (the postmaster's process tree over the same window) is printed beside the
  * service's; AB_PG_LOG=1 logs every statement to the cluster's server.log (to count round trips,
@@ -39,7 +43,12 @@ import { startPostgres, type PostgresServer } from '../test/helpers/postgres.js'
 
 const [row, roundsArg, ...specs] = process.argv.slice(2);
 const rounds = Number(roundsArg);
-const builds = specs.map((s) => ({ label: s.split('=')[0]!, main: s.split('=')[1]! }));
+// `label=path/dist/main.js` or `label=path/dist/main.js|--flag,--flag`: node flags for that build (session 13: the same build with other V8 heap flags).
+const builds = specs.map((s) => {
+  const [label, rest] = [s.slice(0, s.indexOf('=')), s.slice(s.indexOf('=') + 1)];
+  const [main, flags] = rest.split('|');
+  return { label, main: main!, flags: flags ? flags.split(',') : [] };
+});
 
 async function upstream(): Promise<string> {
   const srv = createServer((req, res) => { req.resume(); req.on('end', () => { res.writeHead(200, { 'content-type': 'application/json' }); res.end('{"ok":true,"id":"abc-123-def-456"}'); }); });
@@ -47,7 +56,11 @@ async function upstream(): Promise<string> {
   return `http://127.0.0.1:${(srv.address() as { port: number }).port}`;
 }
 
-const up = row === 'proxy' ? await upstream() : '';
+const proxyRow = row === 'proxy' || row === 'proxy-tokenize';
+const up = proxyRow ? await upstream() : '';
+const TOKENIZE_KEY = 'bench_proxy_key_tok_0123456789abcdef';
+const CARD = { number: '4242424242424242', expiration_month: 12, expiration_year: 2030, cvc: '123' };
+
 const onPostgres = process.env.AB_STORE === 'postgres';
 let cluster: PostgresServer | null = null;
 let postmaster = 0;
@@ -63,16 +76,26 @@ if (onPostgres) {
     console.log(`statements logged to ${join(cluster.dataDir!, '..', 'server.log')}`);
   }
 }
-async function start(main: string, name: string) {
+async function startForwarder(): Promise<{ url: string; pid: number; child: ReturnType<typeof spawn> }> {
+  const script = new URL('./lib/reference-server.mjs', import.meta.url).pathname;
+  const child = spawn(process.execPath, ['--no-node-snapshot', ...(process.env.AB_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.AB_PROF}/forwarder`] : []), script, 'forwarder', up], { env: { ...process.env, NODE_OPTIONS: '' }, stdio: ['ignore', 'pipe', 'inherit'] });
+  const line = await new Promise<string>((res) => child.stdout!.once('data', (d: Buffer) => res(d.toString())));
+  return { url: `http://127.0.0.1:${(JSON.parse(line) as { port: number }).port}`, pid: child.pid!, child };
+}
+
+async function start(main: string, name: string, flags: string[]) {
+  if (main === 'forwarder') return startForwarder();
   const dir = mkdtempSync(join(tmpdir(), `tp-ab-${name}-`));
   const port = await freePort();
-  const raw = benchConfig(row === 'proxy' ? { tenant: {
+  const raw = benchConfig(proxyRow ? { tenant: {
     custom_rate_limits: { proxy_endpoint: { points: 100000000, duration_seconds: 60 }, private_key: { points: 100000000, duration_seconds: 60 } },
-    proxies: [{ id: 'bench-pass', name: 'p', key: 'bench_proxy_key_0123456789abcdef', destination_url: up, require_auth: false, leak_guard: 'off' }] } } : {});
+    proxies: [{ id: 'bench-pass', name: 'p', key: 'bench_proxy_key_0123456789abcdef', destination_url: up, require_auth: false, leak_guard: 'off' },
+      { id: 'bench-tokenize', name: 't', key: TOKENIZE_KEY, destination_url: up, require_auth: false,
+        request_transforms: [{ type: 'tokenize', fields: [{ pointer: '/card', token: { type: 'card' } }, { pointer: '/ssn', token: { type: 'token' } }] }] }] } } : {});
   const config = { ...raw, server: { host: '127.0.0.1', port }, log: { level: 'warn' }, store: onPostgres ? { kind: 'postgres', url: (await cluster!.database({ teardown: () => {} })).url } : { kind: 'embedded', path: join(dir, 'tokens.db') },
-    ...(row === 'proxy' ? { rate_limits: { enabled: true, store: 'memory' } } : {}) };
+    ...(proxyRow ? { rate_limits: { enabled: true, store: 'memory' } } : {}) };
   writeFileSync(join(dir, 'c.json'), JSON.stringify(config));
-  const child = spawn(process.execPath, ['--no-node-snapshot', ...(process.env.AB_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.AB_PROF}/${name}`] : []), main, '--config', join(dir, 'c.json')], { env: { ...process.env, TOKENPROXY_MASTER_KEY: randomBytes(32).toString('base64'), NODE_OPTIONS: '' }, stdio: ['ignore', 'ignore', 'inherit'] });
+  const child = spawn(process.execPath, ['--no-node-snapshot', ...flags, ...(process.env.AB_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.AB_PROF}/${name}`] : []), main, '--config', join(dir, 'c.json')], { env: { ...process.env, TOKENPROXY_MASTER_KEY: randomBytes(32).toString('base64'), NODE_OPTIONS: '' }, stdio: ['ignore', 'ignore', 'inherit'] });
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 600; i++) {
     const ok = await request(`${url}/healthz`, { reset: true }).then((r) => r.body.dump().then(() => r.statusCode === 200), () => false);
@@ -82,31 +105,36 @@ async function start(main: string, name: string) {
   return { url, pid: child.pid!, child };
 }
 
-const servers: Array<{ label: string; main: string; url: string; pid: number; child: ReturnType<typeof spawn> }> = [];
-for (const b of builds) servers.push({ ...b, ...(await start(b.main, b.label)) });
+type Server = { label: string; main: string; flags: string[]; url: string; pid: number; child: ReturnType<typeof spawn> };
+const servers: Server[] = [];
+for (const b of builds) servers.push({ ...b, ...(await start(b.main, b.label, b.flags)) });
 const runner = await startBenchRunner({ install: false, log: () => {} });
 /** tokenize.ts's 100-strings body. */
 const STRINGS_BODY = JSON.stringify(Array.from({ length: 100 }, (_, i) => `customer-${i}-value`));
 /** One deduplicating token, the same every time: after the first request, every one matches it. */
 const DEDUPE_BODY = JSON.stringify({ type: 'token', data: 'customer-1-value', fingerprint_expression: '{{ data }}', deduplicate_token: true });
-const opts = (url: string): LoadOptions => row === 'proxy'
-  ? { url: `${url}/proxy/anything`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-proxy-key': 'bench_proxy_key_0123456789abcdef' }, body: JSON.stringify({ order: 'o-1', amount: 100, currency: 'usd', items: [{ sku: 'a', qty: 1 }] }), connections: 50 }
-  : row === 'tokenize-dedupe'
-    ? { url: `${url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: DEDUPE_BODY, connections: 64 }
-  : row === 'tokenize100'
-    ? { url: `${url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: STRINGS_BODY, connections: 16 }
-    : { url: `${url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body: '"customer-1-value"', connections: 64 };
+const opts = (s: Server): LoadOptions => {
+  const url = s.main === 'forwarder' ? `${s.url}/anything` : `${s.url}/proxy/anything`;
+  const tokenize = (body: string, connections: number): LoadOptions => ({ url: `${s.url}/tokenize`, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-api-key': BENCH_KEY }, body, connections });
+  return row === 'proxy'
+    ? { url, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-proxy-key': 'bench_proxy_key_0123456789abcdef' }, body: JSON.stringify({ order: 'o-1', amount: 100, currency: 'usd', items: [{ sku: 'a', qty: 1 }] }), connections: 50 }
+    : row === 'proxy-tokenize'
+    ? { url, method: 'POST' as const, headers: { 'content-type': 'application/json', 'svc-proxy-key': TOKENIZE_KEY }, body: JSON.stringify({ card: CARD, ssn: '123-45-6789', amount: 100, currency: 'usd' }), connections: 50 }
+    : row === 'tokenize-dedupe' ? tokenize(DEDUPE_BODY, 64)
+    : row === 'tokenize100' ? tokenize(STRINGS_BODY, 16)
+    : tokenize('"customer-1-value"', 64);
+};
 const results: Record<string, { rps: number[]; cpu: number[]; p99: number[]; db: number[] }> = {};
 for (const s of servers) {
   results[s.label] = { rps: [], cpu: [], p99: [], db: [] };
-  await runner.run({ ...opts(s.url), durationMs: 2000, warmupMs: 500 });
+  await runner.run({ ...opts(s), durationMs: 2000, warmupMs: 500 });
 }
 for (let r = 0; r < rounds; r++) {
   const order = r % 2 === 0 ? servers : [...servers].reverse();
   for (const s of order) {
     const t0 = treeTicks(s.pid);
     const d0 = onPostgres ? treeTicks(postmaster) : 0;
-    const res = await runner.run({ ...opts(s.url), durationMs: Number(process.env.AB_MS ?? 3000), warmupMs: 300 });
+    const res = await runner.run({ ...opts(s), durationMs: Number(process.env.AB_MS ?? 3000), warmupMs: 300 });
     const t1 = treeTicks(s.pid);
     const d1 = onPostgres ? treeTicks(postmaster) : 0;
     if (res.errors) console.log(`${s.label}: ${res.errors} errors ${JSON.stringify(res.statuses)}`);

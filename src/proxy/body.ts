@@ -188,7 +188,8 @@ export class ProxyBody {
   jsonValue(): unknown {
     if (this.json) return this.json.value;
     if (this.bytes.length === 0) return undefined;
-    if (jsonDepthExceeds(this.bytes, this.maxDepth)) {
+    // At most maxDepth bytes cannot open more than maxDepth levels: no scan (issue 25, as http/body.ts).
+    if (this.bytes.length > this.maxDepth && jsonDepthExceeds(this.bytes, this.maxDepth)) {
       throw new ServiceError('nesting_too_deep', { detail: `The body is nested deeper than ${this.maxDepth} levels` });
     }
     const text = this.bytes.toString('utf8');

@@ -41,6 +41,10 @@ function refuse(detail: string): ServiceError {
   return new ServiceError('invalid_proxy_path', { detail });
 }
 
+/** Non-empty segments of unreserved and sub-delim characters (no `%`, `;`, `\\`), with an optional final `/`. */
+const SIMPLE_SUFFIX = /^(?:\/[A-Za-z0-9\-_~!$&'()*+,=:@.]+)+\/?$/;
+const DOT_SEGMENT = /\/\.\.?(?:\/|$)/;
+
 /** Decodes a path segment until it stops changing; throws on a malformed escape. */
 function fullyDecoded(segment: string): string {
   let current = segment;
@@ -63,6 +67,9 @@ function fullyDecoded(segment: string): string {
  */
 export function safeSuffix(rawSuffix: string): string {
   if (rawSuffix === '') return '';
+  // Most suffixes are plain (`/v1/charges`): no escape, `;`, backslash, control character, empty
+  // or dot segment; nothing below would refuse or change them (issue 25: no split a request).
+  if (SIMPLE_SUFFIX.test(rawSuffix) && !(rawSuffix.includes('.') && DOT_SEGMENT.test(rawSuffix))) return rawSuffix;
   if (rawSuffix.includes('\\')) throw refuse('Backslashes are not allowed in the proxy path');
   const segments = rawSuffix.split('/');
   for (const seg of segments) {
@@ -107,7 +114,8 @@ const ABSOLUTE_FORM = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/;
  * appended to the base path as it is.
  */
 export function splitProxyTarget(rawUrl: string): { suffix: string; query: string } {
-  let target = rawUrl.replace(ABSOLUTE_FORM, '');
+  // Origin-form (`/proxy/…`), what nearly every request sends, cannot match ABSOLUTE_FORM.
+  let target = rawUrl.charCodeAt(0) === 0x2f ? rawUrl : rawUrl.replace(ABSOLUTE_FORM, '');
   // A fragment is never part of a request; the router did not see it either.
   const hash = target.indexOf('#');
   if (hash !== -1) target = target.slice(0, hash);

@@ -22,10 +22,16 @@ const HOP_BY_HOP = new Set([
 const REPLACED = new Set(['host', 'content-length', 'expect', 'forwarded', 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host']);
 
 const NONE: ReadonlySet<string> = new Set();
+const KEEP_ALIVE: ReadonlySet<string> = new Set(['keep-alive']);
+const CLOSE: ReadonlySet<string> = new Set(['close']);
 
 function connectionListed(headers: IncomingHttpHeaders | Record<string, unknown>): ReadonlySet<string> {
   const c = headers.connection;
   if (c === undefined) return NONE;
+  // `keep-alive` or `close`, what almost every peer sends (a Node destination on every answer):
+  // the same sets as the parse below gives, without a Set and three arrays a request (issue 25).
+  if (c === 'keep-alive' || c === 'Keep-Alive') return KEEP_ALIVE;
+  if (c === 'close' || c === 'Close') return CLOSE;
   const value = Array.isArray(c) ? c.join(',') : typeof c === 'string' ? c : '';
   return new Set(value.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean));
 }

@@ -80,6 +80,13 @@ export function streamVia(dispatcher: Dispatcher, req: ForwardRequest, sink: (he
 
 const noop = (): void => {};
 
+const HANDLER = Symbol('tokenproxy.forward');
+type HandledSink = Writable & { [HANDLER]?: ForwardHandler };
+
+function onSinkClose(this: HandledSink): void {
+  this[HANDLER]?.sinkClosed(this);
+}
+
 const CLOSED_EARLY = Object.assign(new Error('the response closed before it finished'), { code: 'ERR_STREAM_PREMATURE_CLOSE' });
 
 /**
@@ -89,6 +96,7 @@ const CLOSED_EARLY = Object.assign(new Error('the response closed before it fini
  */
 class ForwardHandler implements Dispatcher.DispatchHandler {
   private sink: Writable | null = null;
+  private controller: Dispatcher.DispatchController | null = null;
   /** A 'drain' listener is waiting to resume the destination's body. */
   private waiting = false;
   private settled = false;
@@ -112,20 +120,25 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
       return;
     }
     this.sink = sink;
+    this.controller = controller;
     // Two listeners a request ('drain' only once a write had to wait): a Writable that finished,
     // failed or was destroyed emits 'close' after it ('finish' comes first; an error is stored as
-    // `errored`), so 'close' alone tells how it ended.
+    // `errored`), so 'close' alone tells how it ended. Both are shared functions: the handler
+    // rides on the sink, so no closure is made a request (issue 25).
+    (sink as HandledSink)[HANDLER] = this;
     sink.on('error', noop);
-    sink.on('close', () => {
-      if (sink.writableFinished) {
-        this.done();
-        return;
-      }
-      // The caller went away, the sink failed or was destroyed: stop reading from the destination.
-      const err = sink.errored ?? CLOSED_EARLY;
-      controller.abort(err);
-      this.fail(err);
-    });
+    sink.on('close', onSinkClose);
+  }
+
+  /** The sink closed: finished (done), or the caller went away, the sink failed or was destroyed (stop reading from the destination). */
+  sinkClosed(sink: Writable): void {
+    if (sink.writableFinished) {
+      this.done();
+      return;
+    }
+    const err = sink.errored ?? CLOSED_EARLY;
+    this.controller?.abort(err);
+    this.fail(err);
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
