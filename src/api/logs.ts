@@ -12,7 +12,7 @@ import { sendJson } from '../http/respond.js';
 import { validationFailed, type InputPart, type RouteSchemas } from '../http/route-schema.js';
 import type { AuditTrail } from '../audit/trail.js';
 import type { AuditEvent, AuditFilter } from '../store/audit.js';
-import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE } from './paging.js';
+import { cursorParam, firstValue, pageSizeParam, sizeInvalid } from './paging.js';
 
 /**
  * How many matching events a page number may pass over ((page - 1) × size): the store skips them
@@ -22,11 +22,6 @@ export const MAX_LOG_SKIP = 100_000;
 
 const LOG_PARAMS = new Set(['entity_id', 'entity_type', 'start_date', 'end_date', 'size', 'start', 'page']);
 
-/** A parameter's first value (as URLSearchParams.get), absent when blank. */
-const firstValue = (v: unknown) => {
-  const one = Array.isArray(v) ? (v[0] as unknown) : v;
-  return one === '' || one === null ? undefined : one;
-};
 const DATE_MESSAGE = 'must be an ISO 8601 date or time';
 const isoDate = (what: string) =>
   z.preprocess(
@@ -50,9 +45,8 @@ const LogsQuery = z.preprocess(
     entity_type: z.preprocess(firstValue, z.literal('token', { error: 'must be token' }).optional()).describe('token (the only entity the trail records)'),
     start_date: isoDate('Only events at or after this time'),
     end_date: isoDate('Only events at or before this time'),
-    size: z.preprocess(firstValue, z.coerce.number().int().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE))
-      .describe(`Page size, 1 to ${MAX_PAGE_SIZE} (default ${DEFAULT_PAGE_SIZE})`),
-    start: z.preprocess(firstValue, z.string().nullable().default(null)).describe('The pagination.next of the previous page'),
+    size: pageSizeParam(),
+    start: cursorParam(),
     page: z.preprocess(firstValue, z.coerce.number({ error: 'must be a whole number from 1' }).int('must be a whole number from 1').min(1, 'must be a whole number from 1').optional())
       .describe('A page number from 1 (the original\'s paging; after `start` when both are given): passes over (page - 1) × size events'),
   }),
@@ -64,7 +58,7 @@ function logsInvalid(issues: readonly z.core.$ZodIssue[], part: InputPart): Serv
     return new ServiceError('validation_failed', { detail: `Unknown parameter; use ${[...LOG_PARAMS].join(', ')}` });
   }
   if (issues.some((i) => i.path[0] === 'size')) {
-    return new ServiceError('validation_failed', { detail: `size must be an integer from 1 to ${MAX_PAGE_SIZE}`, errors: { size: [`must be 1 to ${MAX_PAGE_SIZE}`] } });
+    return sizeInvalid();
   }
   return validationFailed(issues, part);
 }

@@ -18,11 +18,9 @@ import {
   APPLICATION_TYPES, ApplicationView, PermissionView, ProxyView, ReactorView, TenantView,
   applicationView, pageOfViews, permissionViews, proxyView, reactorView,
 } from './management-views.js';
-import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, pageOf } from './paging.js';
+import { firstValue, first, pageOf, pageSizeParam, sizeInvalid } from './paging.js';
 import { problem } from './schemas.js';
 
-const first = <T>(v: T | T[]): T => (Array.isArray(v) ? v[0]! : v);
-const blank = (v: unknown) => (v === '' || v === null ? undefined : v);
 const oneOrMore = z.union([z.string(), z.array(z.string())]);
 const many = oneOrMore.transform((v) => (Array.isArray(v) ? v : [v]));
 
@@ -30,9 +28,8 @@ const many = oneOrMore.transform((v) => (Array.isArray(v) ? v : [v]));
 const MAX_PAGE = 1_000_000_000;
 
 const paging = {
-  page: z.preprocess((v) => blank(first(v)), z.coerce.number().int().min(1).max(MAX_PAGE).default(1)).describe('Page number, from 1 (default 1); a page past the last is empty'),
-  size: z.preprocess((v) => blank(first(v)), z.coerce.number().int().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE))
-    .describe(`Page size, 1 to ${MAX_PAGE_SIZE} (default ${DEFAULT_PAGE_SIZE})`),
+  page: z.preprocess(firstValue, z.coerce.number().int().min(1).max(MAX_PAGE).default(1)).describe('Page number, from 1 (default 1); a page past the last is empty'),
+  size: pageSizeParam(),
 };
 /** Application types, one or repeated; an unknown one is a 400 (as /permissions), not an empty page (issue 28 review). */
 const appType = z.enum(APPLICATION_TYPES);
@@ -46,7 +43,7 @@ const ApplicationsQuery = z.object({
 });
 const NamedQuery = z.object({ id: many.optional().describe('An id; repeat for several'), name: byName, ...paging });
 const PermissionsQuery = z.object({
-  application_type: z.preprocess((v) => blank(first(v)), z.enum(APPLICATION_TYPES).optional())
+  application_type: z.preprocess(firstValue, z.enum(APPLICATION_TYPES).optional())
     .describe('Only the permissions an application of this type may hold'),
 });
 const IdParams = z.object({ id: z.string().describe('The id') });
@@ -54,7 +51,7 @@ const IdParams = z.object({ id: z.string().describe('The id') });
 /** A bad page or size names the parameter and its range, like the token lists (src/api/tokens.ts). */
 function pageInvalid(issues: readonly z.core.$ZodIssue[], part: InputPart): ServiceError {
   if (part === 'query' && issues.some((i) => i.path[0] === 'size')) {
-    return new ServiceError('validation_failed', { detail: `size must be an integer from 1 to ${MAX_PAGE_SIZE}`, errors: { size: [`must be 1 to ${MAX_PAGE_SIZE}`] } });
+    return sizeInvalid();
   }
   if (part === 'query' && issues.some((i) => i.path[0] === 'page')) {
     return new ServiceError('validation_failed', { detail: 'page must be an integer from 1', errors: { page: ['must be an integer from 1'] } });

@@ -18,7 +18,7 @@ import { z } from 'zod';
 import type { RouteSchemas } from '../http/route-schema.js';
 import { AnyJson, problem } from './schemas.js';
 
-export const BODY_DETAIL = 'The body must be an object: {"args": …}';
+const BODY_DETAIL = 'The body must be an object: {"args": …}';
 
 export const reactSchemas: RouteSchemas = {
   summary: "Run one of the tenant's reactors",
@@ -62,7 +62,7 @@ async function detokenizeArgs(detokenizer: Detokenizer, ctx: ApiContext, args: u
   return { args: (await scan.render(resolved)).json(args), used: true };
 }
 
-export const noReactor = () => new ServiceError('not_found', { detail: 'No reactor with this id' });
+const noReactor = () => new ServiceError('not_found', { detail: 'No reactor with this id' });
 
 /**
  * A reactor call made ready to run (issue 28: shared by the synchronous and the asynchronous

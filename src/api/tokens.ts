@@ -13,20 +13,11 @@ import type { TokenFilter } from '../store/types.js';
 import { setOwn } from '../vault/definition.js';
 import type { TokenService } from '../vault/service.js';
 import { AnyJson, problem, TokenDefinition, TokenPage, TokenRecord } from './schemas.js';
-import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE } from './paging.js';
+import { blank, cursorParam, first, last, pageSizeParam, sizeInvalid } from './paging.js';
 
 
-/** A query parameter's first value (URLSearchParams.get), or the last (a repeated filter: the last wins). */
-const first = <T>(v: T | T[]): T => (Array.isArray(v) ? v[0]! : v);
-const last = <T>(v: T | T[]): T => (Array.isArray(v) ? v[v.length - 1]! : v);
-const blank = (v: unknown) => (v === '' || v === null ? undefined : v);
 const oneOrMore = z.union([z.string(), z.array(z.string())]);
 
-const pageSize = (pick: (v: unknown) => unknown = first) =>
-  z.preprocess((v) => blank(pick(v)), z.coerce.number().int().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE))
-    .describe(`Page size, 1 to ${MAX_PAGE_SIZE} (default ${DEFAULT_PAGE_SIZE})`);
-const cursor = (pick: (v: unknown) => unknown = first) =>
-  z.preprocess((v) => blank(pick(v)), z.string().nullable().default(null)).describe('The pagination.next of the previous page');
 
 const METADATA_PARAM = /^metadata\..+$/s;
 const LIST_PARAMS = new Set(['type', 'container', 'fingerprint', 'id', 'metadata', 'size', 'start']);
@@ -75,22 +66,22 @@ const ListQuery = z.preprocess(
       fingerprint: oneOrMore.transform((v) => last(v)).optional(),
       id: oneOrMore.transform((v) => (Array.isArray(v) ? v : [v])).optional().describe('A token id; repeat for several'),
       metadata: MetadataJson,
-      size: pageSize(first),
-      start: cursor(first),
+      size: pageSizeParam(),
+      start: cursorParam(),
     })
     .catchall(oneOrMore.transform((v) => last(v))),
 );
 
 const SearchQuery = z.object({
   query: oneOrMore.transform((v) => first(v)).optional().describe('The search query, e.g. data:4242 type:card metadata.customer:"c 1"'),
-  size: pageSize(first),
-  start: cursor(first),
+  size: pageSizeParam(),
+  start: cursorParam(),
 });
 
 const SearchBody = z.object({
   query: z.string({ error: 'must be a string' }).optional(),
-  size: pageSize((v) => v),
-  start: cursor((v) => v),
+  size: pageSizeParam((v) => v),
+  start: cursorParam((v) => v),
 });
 
 const IdParams = z.object({ id: z.string().describe('The token id') });
@@ -109,7 +100,7 @@ function pageInvalid(issues: readonly z.core.$ZodIssue[], part: InputPart): Serv
   }
   if (on('query')) return new ServiceError('validation_failed', { errors: { query: ['must be a string'] } });
   if (on('size')) {
-    return new ServiceError('validation_failed', { detail: `size must be an integer from 1 to ${MAX_PAGE_SIZE}`, errors: { size: [`must be 1 to ${MAX_PAGE_SIZE}`] } });
+    return sizeInvalid();
   }
   if (on('start')) return new ServiceError('invalid_cursor');
   return validationFailed(issues, part);
