@@ -5,6 +5,13 @@
 import { z } from 'zod';
 import { REACTOR_LIMITS, type ReactorLimitField } from './limits.js';
 
+/**
+ * The management reads (issue 28: GET /applications, /proxies, /reactors, /tenants/self,
+ * /permissions): management keys only. A management application that lists none of them holds all
+ * of them (src/model/tenants.ts), so a config written before they existed keeps its reads.
+ */
+export const MANAGEMENT_READ_PERMISSIONS = ['application:read', 'proxy:read', 'reactor:read', 'tenant:read', 'permission:read'] as const;
+
 export const PERMISSIONS = [
   'token:create',
   'token:read',
@@ -17,12 +24,7 @@ export const PERMISSIONS = [
   'token:use',
   /** Read the audit trail (GET /logs): management keys only. */
   'log:read',
-  /** Read the configured model (issue 28: GET /applications, /proxies, /reactors, /tenants/self, /permissions): management keys only. */
-  'application:read',
-  'proxy:read',
-  'reactor:read',
-  'tenant:read',
-  'permission:read',
+  ...MANAGEMENT_READ_PERMISSIONS,
 ] as const;
 export type Permission = (typeof PERMISSIONS)[number];
 
@@ -32,18 +34,8 @@ export const PUBLIC_PERMISSIONS: readonly Permission[] = ['token:create', 'token
 export const TYPE_ONLY_PERMISSIONS: ReadonlyArray<{ permission: Permission; type: 'private' | 'management' }> = [
   { permission: 'token:use', type: 'private' },
   { permission: 'log:read', type: 'management' },
-  { permission: 'application:read', type: 'management' },
-  { permission: 'proxy:read', type: 'management' },
-  { permission: 'reactor:read', type: 'management' },
-  { permission: 'tenant:read', type: 'management' },
-  { permission: 'permission:read', type: 'management' },
+  ...MANAGEMENT_READ_PERMISSIONS.map((permission) => ({ permission, type: 'management' as const })),
 ];
-
-/**
- * The management reads (issue 28). A management application that lists none of them holds all of
- * them (src/model/tenants.ts), so a config written before they existed keeps its reads.
- */
-export const MANAGEMENT_READ_PERMISSIONS: readonly Permission[] = ['application:read', 'proxy:read', 'reactor:read', 'tenant:read', 'permission:read'];
 
 const permission = z.enum(PERMISSIONS, {
   error: (iss) => `unknown permission ${JSON.stringify(iss.input)}`,
