@@ -86,6 +86,8 @@ async function invoke(id: number, key: string, args: string): Promise<void> {
   const pool = live.get(key);
   if (!pool) return send({ t: 'done', id, result: { ok: false, failure: { kind: 'unknown_reactor' }, logs: [] } });
   const { result, served } = await pool.invokeServed(args);
+  // A host ending itself (onCatastrophicError) answers nothing more: its calls get 503.
+  if (dying) return;
   send(served ? { t: 'done', id, result, served } : { t: 'done', id, result });
 }
 

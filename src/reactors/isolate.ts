@@ -28,6 +28,15 @@ import { harnessScript, wrapModule } from './sandbox.js';
  */
 const BACKSTOP_GRACE_MS = 100;
 const BACKSTOP: unique symbol = Symbol('backstop');
+/**
+ * After the backstop disposed the isolate, how long its call may take to end. An idle isolate's
+ * call ends at once ("Promise was abandoned", about 100 ms); one whose thread is stuck in code that
+ * ignores termination never does. Measured on isolated-vm 6.2 (Node 24): `new Array(1e8).fill(0)`
+ * at a 16 MB limit is disposed by isolated-vm at its memory limit while its thread runs on, and
+ * isolated-vm ends the whole process with "Script failed to terminate" about 7 s later, failing
+ * whatever other calls run then. Such a host is ended at once instead (run()).
+ */
+const STUCK_GRACE_MS = 2000;
 
 let loaded: IsolatedVm | undefined;
 /** isolated-vm, loaded on first use (the host checks at start-up that it loads: host.ts). */
@@ -149,6 +158,7 @@ export class Sandbox {
     private readonly scripts: Compiled,
     readonly def: HostReactorDef,
     first: Fresh,
+    private readonly onCatastrophicError: (message: string) => void,
   ) {
     this.next = Promise.resolve(first);
   }
@@ -186,7 +196,7 @@ export class Sandbox {
       } catch (err) {
         throw err instanceof ReactorCodeError ? err : new ReactorCodeError(classifyTopLevel(err, isolate, def));
       }
-      return new Sandbox(isolate, scripts, def, first);
+      return new Sandbox(isolate, scripts, def, first, onCatastrophicError);
     } catch (err) {
       if (!isolate.isDisposed) isolate.dispose();
       throw err;
@@ -219,9 +229,17 @@ export class Sandbox {
     try {
       const raw: unknown = await Promise.race([call, backstop]);
       if (raw === BACKSTOP) {
-        call.catch(() => undefined);
+        // Disposed already, by isolated-vm: the isolate reached its memory limit.
+        const atLimit = this.isolate.isDisposed;
         this.dispose();
-        return { ok: false, failure: { kind: 'timeout' }, logs: [] };
+        if (!(await settlesWithin(call, STUCK_GRACE_MS))) {
+          // The isolate's thread cannot be stopped and will take the process down later, with
+          // other reactors' calls in flight: end the host now, naming this reactor, while its own
+          // call is the one in flight (the host sends no answer for it: the caller gets 503).
+          this.onCatastrophicError('the isolate did not stop at its time or memory limit');
+          return { ok: false, failure: { kind: 'internal', message: 'the isolate did not stop' }, logs: [] };
+        }
+        return { ok: false, failure: atLimit ? { kind: 'out_of_memory' } : { kind: 'timeout' }, logs: [] };
       }
       return toResult(raw);
     } catch (err) {
@@ -299,6 +317,15 @@ async function prepare(isolate: Isolate, scripts: Compiled, def: HostReactorDef,
     context.release();
     throw err;
   }
+}
+
+/** Whether `p` settles (either way) within `ms`. */
+function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<boolean>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+  });
+  return Promise.race([p.then(() => true, () => true), late]).finally(() => clearTimeout(timer));
 }
 
 function release(fresh: Fresh): void {
