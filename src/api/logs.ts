@@ -12,7 +12,7 @@ import { sendJson } from '../http/respond.js';
 import { validationFailed, type InputPart, type RouteSchemas } from '../http/route-schema.js';
 import type { AuditTrail } from '../audit/trail.js';
 import type { AuditEvent, AuditFilter } from '../store/audit.js';
-import { cursorParam, firstValue, pageSizeParam, sizeInvalid } from './paging.js';
+import { cursorParam, firstDecimal, firstValue, pageSizeParam, sizeInvalid } from './paging.js';
 
 /**
  * How many matching events a page number may pass over ((page - 1) × size): the store skips them
@@ -47,7 +47,7 @@ const LogsQuery = z.preprocess(
     end_date: isoDate('Only events at or before this time'),
     size: pageSizeParam(),
     start: cursorParam(),
-    page: z.preprocess(firstValue, z.coerce.number({ error: 'must be a whole number from 1' }).int('must be a whole number from 1').min(1, 'must be a whole number from 1').optional())
+    page: z.preprocess(firstDecimal, z.number({ error: 'must be a whole number from 1' }).int('must be a whole number from 1').min(1, 'must be a whole number from 1').optional())
       .describe('A page number from 1 (the original\'s paging; after `start` when both are given): passes over (page - 1) × size events'),
   }),
 );

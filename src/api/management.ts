@@ -18,7 +18,7 @@ import {
   APPLICATION_TYPES, ApplicationView, PermissionView, ProxyView, ReactorView, TenantView,
   applicationView, pageOfViews, permissionViews, proxyView, reactorView,
 } from './management-views.js';
-import { firstValue, first, pageOf, pageSizeParam, sizeInvalid } from './paging.js';
+import { firstDecimal, firstValue, first, pageOf, pageSizeParam, sizeInvalid } from './paging.js';
 import { problem } from './schemas.js';
 
 const oneOrMore = z.union([z.string(), z.array(z.string())]);
@@ -28,7 +28,7 @@ const many = oneOrMore.transform((v) => (Array.isArray(v) ? v : [v]));
 const MAX_PAGE = 1_000_000_000;
 
 const paging = {
-  page: z.preprocess(firstValue, z.coerce.number().int().min(1).max(MAX_PAGE).default(1)).describe('Page number, from 1 (default 1); a page past the last is empty'),
+  page: z.preprocess(firstDecimal, z.number().int().min(1).max(MAX_PAGE).default(1)).describe('Page number, from 1 (default 1); a page past the last is empty'),
   size: pageSizeParam(),
 };
 /** Application types, one or repeated; an unknown one is a 400 (as /permissions), not an empty page (issue 28 review). */

@@ -17,10 +17,17 @@ export const last = <T>(v: T | T[]): T => (Array.isArray(v) ? v[v.length - 1]! :
 export const blank = (v: unknown) => (v === '' || v === null ? undefined : v);
 /** The first value of a parameter, absent when blank. */
 export const firstValue = (v: unknown) => blank(first(v));
+/**
+ * A whole-number parameter as written in decimal digits: `"20"` is 20, while `"0x10"`, `"1e2"`,
+ * `" 2"` and `"2.0"` stay strings and fail the number check (z.coerce would take them as 16, 100, 2).
+ */
+export const decimal = (v: unknown) => (typeof v === 'string' && /^[0-9]{1,15}$/.test(v) ? Number(v) : v);
+/** The first value of a whole-number parameter, absent when blank. */
+export const firstDecimal = (v: unknown) => decimal(firstValue(v));
 
 /** `size`: 1 to MAX_PAGE_SIZE, DEFAULT_PAGE_SIZE when absent. */
 export const pageSizeParam = (pick: (v: unknown) => unknown = first) =>
-  z.preprocess((v) => blank(pick(v)), z.coerce.number().int().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE))
+  z.preprocess((v) => decimal(blank(pick(v))), z.number().int().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE))
     .describe(`Page size, 1 to ${MAX_PAGE_SIZE} (default ${DEFAULT_PAGE_SIZE})`);
 
 /** `start`: the opaque cursor of the previous page's `pagination.next`; null for the first page. */

@@ -166,7 +166,7 @@ t.test('page-based paging and its edges', async (t) => {
   const past = await page('?page=9&size=2');
   t.same(past, { pagination: { total_items: 3, page_number: 9, page_size: 2, total_pages: 2 }, data: [] }, 'a page past the last: empty, right totals');
   t.equal((await get('/reactors?page=1000000000&size=100')).body.data.length, 0, 'the largest page is empty');
-  for (const [q, field] of [['size=0', 'size'], ['size=101', 'size'], ['size=x', 'size'], ['page=0', 'page'], ['page=-1', 'page'], ['page=1.5', 'page'], ['page=1000000001', 'page']]) {
+  for (const [q, field] of [['size=0', 'size'], ['size=101', 'size'], ['size=x', 'size'], ['page=0', 'page'], ['page=-1', 'page'], ['page=1.5', 'page'], ['page=1000000001', 'page'], ['page=0x2', 'page'], ['page=1e0', 'page'], ['size=0x10', 'size'], ['size=1e1', 'size'], ['size=%202', 'size']]) {
     for (const path of ['/applications', '/proxies', '/reactors']) {
       const r = await get(`${path}?${q}`);
       t.equal(r.status, 400, `${path}?${q}`);

@@ -174,7 +174,7 @@ export function sdkIterateSuite(t: Test, store: (t: Test) => Promise<StartTestOp
     t.same([deepest.status, deepest.body.data], [200, []], 'page numbers go 100,000 events deep (past the end here: empty)');
     const next = await s.call('GET', `/logs?size=5&start=${encodeURIComponent(first.body.pagination.next)}`, { key: MGMT });
     t.same(next.body.data, second.body.data, 'the cursor and page 2 agree');
-    for (const [q, field] of [['start_date=yesterday', 'start_date'], ['end_date=2026-13-45', 'end_date'], ['page=0', 'page'], ['page=x', 'page'], ['page=1.5', 'page'], ['size=100&page=1002', 'page']] as const) {
+    for (const [q, field] of [['start_date=yesterday', 'start_date'], ['end_date=2026-13-45', 'end_date'], ['page=0', 'page'], ['page=x', 'page'], ['page=1.5', 'page'], ['page=0x2', 'page'], ['page=2e0', 'page'], ['size=0x10', 'size'], ['size=100&page=1002', 'page']] as const) {
       const r = await s.call('GET', `/logs?${q}`, { key: MGMT });
       t.equal(r.status, 400, `${q}: 400`);
       t.equal(r.body.code, 'validation_failed');
