@@ -5,9 +5,10 @@
  */
 import t from 'tap';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { TENANT_A } from '../helpers/service.js';
 import { fuzzStore } from './fuzz-suite.js';
+// The build the store itself loads on this Node line: 12.x can abort Node 24 (src/store/embedded/sqlite.ts).
+import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
 
 await fuzzStore(t, {
   http: {
