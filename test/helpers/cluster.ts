@@ -1,5 +1,5 @@
 /**
- * For tests of `server.workers > 1` (a real CLI process, src/main.ts, via startChild): requests on
+ * For tests of `server.workers > 1` (a real CLI process, via startChild): requests on
  * a fresh connection each (the primary hands new connections to the workers in turn, so a run of
  * them reaches every worker), and what the process's stdout says about its workers.
  */
