@@ -17,8 +17,9 @@ interface Tap {
 
 /**
  * The CLI with `server.workers: 2` and the given config (an embedded store in a temporary
- * directory unless it names a store). Each of the three processes loads the TypeScript sources on
- * its own, which takes a while on a loaded machine: hence the long start time allowed.
+ * directory unless it names a store). Each of the three processes loads the service on its own
+ * (the TypeScript sources, under the test's loader, when dist/ is stale: cli-entry.ts), which
+ * takes a while on a loaded machine: hence the long start time allowed.
  */
 export async function startCluster(t: Tap, config: Record<string, unknown>): Promise<ChildService> {
   const dir = mkdtempSync(join(tmpdir(), 'tp-workers-'));
