@@ -133,6 +133,9 @@ function processinfoHooked(): boolean {
   return PROCESSINFO.test(process.env.NODE_OPTIONS ?? '') || process.execArgv.some((a) => PROCESSINFO.test(a));
 }
 
+/** Where env(1) can set the child's NODE_OPTIONS; without it the child keeps processinfo (slower, still right). */
+const ENV = process.platform !== 'win32' && existsSync('/usr/bin/env') ? '/usr/bin/env' : null;
+
 export interface CliCommand {
   /** What to spawn: process.execPath, or /usr/bin/env in front of it under tap (see above). */
   file: string;
@@ -147,7 +150,7 @@ export interface CliCommand {
 export function cliCommand(args: readonly string[], env: NodeJS.ProcessEnv = process.env): CliCommand {
   const childEnv = cliEnv(env);
   const node = [process.execPath, ...cliEntry().prefix, ...args];
-  if (!processinfoHooked()) return { file: process.execPath, args: node.slice(1), env: childEnv };
+  if (!processinfoHooked() || ENV === null) return { file: process.execPath, args: node.slice(1), env: childEnv };
   const setOptions = childEnv.NODE_OPTIONS === undefined ? ['-u', 'NODE_OPTIONS'] : [`NODE_OPTIONS=${childEnv.NODE_OPTIONS}`];
-  return { file: '/usr/bin/env', args: [...setOptions, ...node], env: childEnv };
+  return { file: ENV, args: [...setOptions, ...node], env: childEnv };
 }
