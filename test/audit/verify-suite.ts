@@ -17,6 +17,7 @@ import type { Redis } from 'ioredis';
 import { runCli, type Io } from '../../src/cli.js';
 import { chain, decodeEvent, eventHash, type AuditEvent } from '../../src/store/audit.js';
 import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
+import { cliCommand } from '../helpers/cli-entry.js';
 import { baseConfig, KEYS, TENANT_A, type TestService } from '../helpers/service.js';
 
 interface Run {
@@ -31,11 +32,12 @@ function withoutMasterKeyEnv(): NodeJS.ProcessEnv {
   return env;
 }
 
-/** `tokenproxy verify-audit ARGS` as a child process (src/main.ts with the test's loader flags). */
+/** `tokenproxy verify-audit ARGS` as a child process (helpers/cli-entry.ts). */
 function child(args: string[]): Promise<Run> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [...process.execArgv.filter((a) => !a.startsWith('--inspect')), 'src/main.ts', 'verify-audit', ...args], {
-      env: withoutMasterKeyEnv(),
+    const cli = cliCommand(['verify-audit', ...args], withoutMasterKeyEnv());
+    const child = spawn(cli.file, cli.args, {
+      env: cli.env,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';

@@ -10,6 +10,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCli, type Io } from '../../src/cli.js';
+import { cliCommand } from '../helpers/cli-entry.js';
 import { startChild, writeConfig } from '../helpers/process.js';
 import { APP_PRIVATE, TENANT_A } from '../helpers/service.js';
 
@@ -22,11 +23,12 @@ interface Run {
   stderr: string;
 }
 
-/** src/main.ts with the test's loader flags, as `tokenproxy ARGS`, optionally with stdin. */
+/** The CLI (helpers/cli-entry.ts) as `tokenproxy ARGS`, optionally with stdin. */
 function cli(args: string[], stdin = '', env: Record<string, string> = {}): Promise<Run> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [...process.execArgv.filter((a) => !a.startsWith('--inspect')), 'src/main.ts', ...args], {
-      env: { ...process.env, ...env },
+    const c = cliCommand(args, { ...process.env, ...env });
+    const child = spawn(c.file, c.args, {
+      env: c.env,
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     let stdout = '';

@@ -14,11 +14,10 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
+import { cliCommand } from '../helpers/cli-entry.js';
 import { baseConfig } from '../helpers/service.js';
 
-const MAIN = resolve('src/main.ts');
-const loader = process.execArgv.filter((a) => !a.startsWith('--inspect'));
 
 /** The test's environment without TOKENPROXY_MASTER_KEY, plus `env`. */
 function envWith(env: Record<string, string>): NodeJS.ProcessEnv {
@@ -29,7 +28,8 @@ function envWith(env: Record<string, string>): NodeJS.ProcessEnv {
 
 export function cli(cwd: string, args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; out: string }> {
   return new Promise((done) => {
-    const child = spawn(process.execPath, [...loader, MAIN, ...args], { cwd, env: envWith(env), stdio: ['ignore', 'pipe', 'pipe'] });
+    const c = cliCommand(args, envWith(env));
+    const child = spawn(c.file, c.args, { cwd, env: c.env, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (out += d));
@@ -40,7 +40,8 @@ export function cli(cwd: string, args: string[], env: Record<string, string> = {
 /** The service as a child process in `cwd`; resolves with its URL once it listens, and a stop function. */
 export function service(cwd: string, config: string, env: Record<string, string>): Promise<{ url: string; stop: () => Promise<void> }> {
   return new Promise((done, fail) => {
-    const child = spawn(process.execPath, [...loader, MAIN, '--config', config], { cwd, env: envWith({ ...env, PORT: '0' }), stdio: ['ignore', 'pipe', 'pipe'] });
+    const c = cliCommand(['--config', config], envWith({ ...env, PORT: '0' }));
+    const child = spawn(c.file, c.args, { cwd, env: c.env, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     const onData = (d: Buffer) => {
       out += d;

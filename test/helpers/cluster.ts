@@ -1,5 +1,5 @@
 /**
- * For tests of `server.workers > 1` (a real CLI process, src/main.ts, via startChild): requests on
+ * For tests of `server.workers > 1` (a real CLI process, via startChild): requests on
  * a fresh connection each (the primary hands new connections to the workers in turn, so a run of
  * them reaches every worker), and what the process's stdout says about its workers.
  */
@@ -17,8 +17,9 @@ interface Tap {
 
 /**
  * The CLI with `server.workers: 2` and the given config (an embedded store in a temporary
- * directory unless it names a store). Each of the three processes loads the TypeScript sources on
- * its own, which takes a while on a loaded machine: hence the long start time allowed.
+ * directory unless it names a store). Each of the three processes loads the service on its own
+ * (the TypeScript sources, under the test's loader, when dist/ is stale: cli-entry.ts), which
+ * takes a while on a loaded machine: hence the long start time allowed.
  */
 export async function startCluster(t: Tap, config: Record<string, unknown>): Promise<ChildService> {
   const dir = mkdtempSync(join(tmpdir(), 'tp-workers-'));

@@ -1,7 +1,7 @@
 /**
  * What the first-hour tests share (test/server/first-hour.test.ts, production-mode.test.ts):
- * a copy of a clone's config in a directory of its own, `node src/main.ts` run there as its own
- * process group, and its JSON log lines.
+ * a copy of a clone's config in a directory of its own, the CLI (cli-entry.ts: dist/main.js, or
+ * src/main.ts when dist/ is stale) run there as its own process group, and its JSON log lines.
  */
 import type { Test } from 'tap';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -9,9 +9,9 @@ import { createHash } from 'node:crypto';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { cliCommand } from './cli-entry.js';
 
 const root = resolve('.');
-const MAIN = join(root, 'src/main.ts');
 
 /** A scratch directory for one test file, removed at its end. */
 export function scratch(t: Test): string {
@@ -48,10 +48,11 @@ export interface Proc {
   exited: Promise<number | null>;
 }
 
-/** `node src/main.ts ARGS` in `cwd`, detached (it leads its own process group, as under a terminal). */
+/** `tokenproxy ARGS` in `cwd`, detached (it leads its own process group, as under a terminal). */
 export function run(t: Test, cwd: string, args: string[], extra: Record<string, string> = {}): Proc {
-  const child = spawn(process.execPath, [...process.execArgv.filter((a) => !a.startsWith('--inspect')), MAIN, ...args], {
-    cwd, env: env(extra), stdio: ['ignore', 'pipe', 'pipe'], detached: true,
+  const cli = cliCommand(args, env(extra));
+  const child = spawn(cli.file, cli.args, {
+    cwd, env: cli.env, stdio: ['ignore', 'pipe', 'pipe'], detached: true,
   });
   let out = '';
   let err = '';

@@ -1,11 +1,13 @@
 /**
- * Runs the real CLI (src/main.ts) as a child process, with the test's loader flags, a config file
- * written for the test, and stdout/stderr captured. Used where only a separate process will do:
- * kill -9 durability, exit codes, and scanning everything the process writes.
+ * Runs the real CLI as a child process (dist/main.js, or src/main.ts under the test's loader when
+ * dist/ is stale: cli-entry.ts), with a config file written for the test, and stdout/stderr
+ * captured. Used where only a separate process will do: kill -9 durability, exit codes, and
+ * scanning everything the process writes.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { cliCommand } from './cli-entry.js';
 
 export interface ChildService {
   child: ChildProcess;
@@ -13,11 +15,6 @@ export interface ChildService {
   output(): string;
   kill9(): Promise<void>;
   stop(): Promise<void>;
-}
-
-/** Flags the test process runs with (tap's TypeScript loader among them) for a child to reuse. */
-function loaderArgs(): string[] {
-  return process.execArgv.filter((a) => !a.startsWith('--inspect'));
 }
 
 export function writeConfig(dir: string, config: unknown, name = 'config.json'): string {
@@ -39,10 +36,11 @@ function killGroup(child: ChildProcess): void {
   }
 }
 
-/** Runs main.ts to completion (e.g. a config error) and returns its exit code and output. */
+/** Runs the CLI to completion (e.g. a config error) and returns its exit code and output. */
 export function runCli(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [...loaderArgs(), 'src/main.ts', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    const cli = cliCommand(args, { ...process.env, ...env });
+    const child = spawn(cli.file, cli.args, { env: cli.env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     let output = '';
     child.stdout!.on('data', (d) => (output += d));
     child.stderr!.on('data', (d) => (output += d));
@@ -55,8 +53,9 @@ export function runCli(args: string[], env: Record<string, string> = {}): Promis
 
 /** `startTimeoutMs`: how long it may take to say it listens (a cluster's workers start after their primary); 60 s by default, as a start took 17 s at a load average of 18 on 2 cores. */
 export async function startChild(configPath: string, env: Record<string, string> = {}, startTimeoutMs = 60_000): Promise<ChildService> {
-  const child = spawn(process.execPath, [...loaderArgs(), 'src/main.ts', '--config', configPath], {
-    env: { ...process.env, PORT: '0', ...env },
+  const cli = cliCommand(['--config', configPath], { ...process.env, PORT: '0', ...env });
+  const child = spawn(cli.file, cli.args, {
+    env: cli.env,
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,
   });

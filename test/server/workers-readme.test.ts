@@ -1,6 +1,6 @@
 /**
  * Issue 30, item 8: README "Several workers (`server.workers`)", through the real CLI
- * (src/main.ts) as a child process:
+ * (helpers/process.ts) as a child process:
  * - "A worker that exits before that [every worker listening] fails the start-up (exit `1`)". A
  *   real way for a worker to die before it listens, with no hook: in node:cluster the workers'
  *   listen is done for them by the primary and the error handed to the worker, so a port another

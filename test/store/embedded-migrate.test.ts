@@ -24,6 +24,7 @@ import { encodeRecord } from '../../src/store/codec.js';
 import { EmbeddedStore } from '../../src/store/embedded/index.js';
 import { Sqlite } from '../../src/store/embedded/sqlite.js';
 import type { StoredToken } from '../../src/store/types.js';
+import { cliCommand } from '../helpers/cli-entry.js';
 import { writeConfig } from '../helpers/process.js';
 import { APP_PRIVATE, baseConfig, KEYS, startTestService, TENANT_A, TENANT_B } from '../helpers/service.js';
 
@@ -248,9 +249,10 @@ t.test('kill -9 mid-way through a migration, then run it again: nothing lost', a
   const f = prepare('killed');
   const made = await addLegacyTokens(f.db, 3000);
   const total = 3022;
-  // The real CLI as a process of its own, with the test's loader, a step of 10 tokens.
-  const child = spawn(process.execPath, [...process.execArgv, 'src/main.ts', 'migrate', '--batch', '10', '--config', f.config], {
-    env: { ...process.env, TOKENPROXY_MASTER_KEY: MASTER_KEY }, stdio: ['ignore', 'pipe', 'pipe'],
+  // The real CLI as a process of its own (helpers/cli-entry.ts), a step of 10 tokens.
+  const c = cliCommand(['migrate', '--batch', '10', '--config', f.config], { ...process.env, TOKENPROXY_MASTER_KEY: MASTER_KEY });
+  const child = spawn(c.file, c.args, {
+    env: c.env, stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code, signal) => resolve(signal === 'SIGKILL' ? -9 : code)));

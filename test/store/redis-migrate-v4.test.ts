@@ -14,12 +14,13 @@ import type { Test } from 'tap';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { redisForFile, type RedisHandle } from '../helpers/redis.js';
 import { loadRedisFixture, redisFixtureExpected, type ExpectedToken } from '../helpers/redis-fixture.js';
 import { baseConfig, KEYS, startTestService, TENANT_A, TENANT_B, type TestService } from '../helpers/service.js';
 import { writeConfig } from '../helpers/process.js';
+import { cliCommand } from '../helpers/cli-entry.js';
 import { KeyRing } from '../../src/crypto/keyring.js';
 import { encodeRecord as encodeLayout3 } from '../../src/store/codec.js';
 import { RedisStore } from '../../src/store/redis/index.js';
@@ -29,8 +30,6 @@ t.setTimeout(300_000);
 
 const fixture = redisFixtureExpected();
 const MASTER = fixture.master_key;
-const MAIN = resolve('src/main.ts');
-const loader = process.execArgv.filter((a) => !a.startsWith('--inspect'));
 const TEN_YEARS = 10 * 365 * 24 * 3600;
 const dir = mkdtempSync(join(tmpdir(), 'tp-redis-migrate-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -47,7 +46,8 @@ if (redis) {
   };
   const cli = (args: string[], onOut?: (out: string, kill: () => void) => void): Promise<{ code: number | null; signal: NodeJS.Signals | null; out: string }> =>
     new Promise((done) => {
-      const child = spawn(process.execPath, [...loader, MAIN, ...args], { env: { ...process.env, TOKENPROXY_MASTER_KEY: MASTER }, stdio: ['ignore', 'pipe', 'pipe'] });
+      const c = cliCommand(args, { ...process.env, TOKENPROXY_MASTER_KEY: MASTER });
+      const child = spawn(c.file, c.args, { env: c.env, stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       const kill = () => void child.kill('SIGKILL');
       child.stdout.on('data', (d) => {

@@ -1,0 +1,156 @@
+/**
+ * How a test runs the real CLI as a child process: the node arguments before the CLI's own, and
+ * the child's environment. Every test that spawns the CLI takes both from here.
+ *
+ * From the compiled dist/main.js when dist/ is up to date with the sources (the stamp of
+ * scripts/build-if-stale.mjs, which `npm install`/`npm ci` run as `prepare`): a child then starts
+ * in about 0.8 s of CPU instead of about 1.9 s under the test's TypeScript loader, and the suite
+ * starts some 200 of them (the cluster workers and the reactor host of a compiled service run from
+ * dist/ too). When a source, tsconfig or package.json is newer than the last successful build (a
+ * developer edited src/ and runs `npx tap FILE`), it falls back to src/main.ts under the test's
+ * loader, as before: slower, never stale. Decided once per test process.
+ *
+ * Either way the child does not get tap's @tapjs/processinfo import: it only records process info
+ * for tap's coverage report, which this repo disables, and costs each child (and each of its
+ * cluster workers and reactor hosts, which inherit it) about 0.24 s of CPU. It comes on the test's
+ * command line, which the child's flags are taken from, and in NODE_OPTIONS. Taking it out of
+ * the environment given to spawn() is not enough: processinfo hooks every spawn of the test
+ * process (process-on-spawn) and puts itself back into the child's NODE_OPTIONS. So under tap the
+ * child is started as `/usr/bin/env NODE_OPTIONS=… node …` (or `env -u NODE_OPTIONS node …`):
+ * env sets the child's NODE_OPTIONS after the hook has run and then execs node in the same
+ * process, so the pid, the process group and the signals a test sends are node's as before.
+ */
+import t from 'tap';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { buildDecision } from '../../scripts/build-if-stale.mjs';
+
+/** The checkout the tests run from (not the working directory: some children run elsewhere). */
+export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+const PROCESSINFO = /@tapjs[\\/]processinfo/;
+
+/** `args` (node flags) without tap's processinfo import, given as `--import=X` or as `--import X`. */
+function withoutProcessinfoImport(args: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (['--import', '--require', '-r', '--loader', '--experimental-loader'].includes(a) && PROCESSINFO.test(args[i + 1] ?? '')) {
+      i++;
+      continue;
+    }
+    if (PROCESSINFO.test(a)) continue;
+    out.push(a);
+  }
+  return out;
+}
+
+/** The test process's node flags for a child to reuse: without debugger flags (the port would clash) nor processinfo. */
+export function loaderArgs(execArgv: readonly string[] = process.execArgv): string[] {
+  return withoutProcessinfoImport(execArgv.filter((a) => !a.startsWith('--inspect')));
+}
+
+/** NODE_OPTIONS as node reads it: words split at white space, double quotes group, a backslash in quotes escapes. */
+export function splitNodeOptions(text: string): string[] {
+  const out: string[] = [];
+  let word = '';
+  let inWord = false;
+  let quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]!;
+    if (quoted) {
+      if (c === '\\' && i + 1 < text.length) word += text[++i];
+      else if (c === '"') quoted = false;
+      else word += c;
+    } else if (c === '"') {
+      quoted = true;
+      inWord = true;
+    } else if (/\s/.test(c)) {
+      if (inWord) out.push(word);
+      word = '';
+      inWord = false;
+    } else {
+      word += c;
+      inWord = true;
+    }
+  }
+  if (inWord) out.push(word);
+  return out;
+}
+
+const quoteNodeOption = (w: string): string => (w === '' || /[\s"\\]/.test(w) ? `"${w.replace(/["\\]/g, '\\$&')}"` : w);
+
+/** NODE_OPTIONS without tap's processinfo import (tap writes it quoted: `"--import=file:///…"`); undefined when nothing else is left. */
+export function withoutProcessinfo(nodeOptions: string | undefined): string | undefined {
+  if (nodeOptions === undefined) return undefined;
+  const rest = withoutProcessinfoImport(splitNodeOptions(nodeOptions));
+  return rest.length === 0 ? undefined : rest.map(quoteNodeOption).join(' ');
+}
+
+/** The child's environment: `env` (the test's own by default) with NODE_OPTIONS cleaned as above. */
+export function cliEnv(env: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  const out: NodeJS.ProcessEnv = { ...env };
+  const opts = withoutProcessinfo(out.NODE_OPTIONS);
+  if (opts === undefined) delete out.NODE_OPTIONS;
+  else out.NODE_OPTIONS = opts;
+  return out;
+}
+
+export interface CliEntry {
+  /** 'dist': dist/main.js; 'src': src/main.ts under the test's loader. */
+  from: 'dist' | 'src';
+  /** Why (buildDecision's reason, or that dist/main.js is missing). */
+  reason: string;
+  /** The node arguments that run the CLI: flags, then the entry file. The CLI's arguments follow. */
+  prefix: string[];
+}
+
+/** Which entry to use for the checkout at `root`; `execArgv` is the test process's flags. */
+export function chooseCliEntry(root: string, execArgv: readonly string[] = process.execArgv): CliEntry {
+  const main = join(root, 'dist/main.js');
+  const decision = buildDecision(root);
+  if (!decision.build && existsSync(main)) {
+    return { from: 'dist', reason: decision.reason, prefix: ['--enable-source-maps', '--no-node-snapshot', main] };
+  }
+  const reason = decision.build ? decision.reason : 'dist/main.js is missing';
+  return { from: 'src', reason, prefix: [...loaderArgs(execArgv), join(root, 'src/main.ts')] };
+}
+
+let chosen: CliEntry | undefined;
+
+/** This test process's choice, made on first use; a fall-back to the sources is said once as a TAP comment. */
+export function cliEntry(): CliEntry {
+  if (!chosen) {
+    chosen = chooseCliEntry(ROOT);
+    if (chosen.from === 'src') t.comment(`CLI children run src/main.ts under the test loader (slower): ${chosen.reason}; \`node scripts/build-if-stale.mjs\` rebuilds dist/`);
+  }
+  return chosen;
+}
+
+/** Whether tap's processinfo hook is in this process (it rewrites the NODE_OPTIONS of every child). */
+function processinfoHooked(): boolean {
+  return PROCESSINFO.test(process.env.NODE_OPTIONS ?? '') || process.execArgv.some((a) => PROCESSINFO.test(a));
+}
+
+/** Where env(1) can set the child's NODE_OPTIONS; without it the child keeps processinfo (slower, still right). */
+const ENV = process.platform !== 'win32' && existsSync('/usr/bin/env') ? '/usr/bin/env' : null;
+
+export interface CliCommand {
+  /** What to spawn: process.execPath, or /usr/bin/env in front of it under tap (see above). */
+  file: string;
+  args: string[];
+  env: NodeJS.ProcessEnv;
+}
+
+/**
+ * `tokenproxy ARGS` with the environment `env` (the test's own by default; NODE_OPTIONS is cleaned
+ * here): `spawn(c.file, c.args, { env: c.env, … })`.
+ */
+export function cliCommand(args: readonly string[], env: NodeJS.ProcessEnv = process.env): CliCommand {
+  const childEnv = cliEnv(env);
+  const node = [process.execPath, ...cliEntry().prefix, ...args];
+  if (!processinfoHooked() || ENV === null) return { file: process.execPath, args: node.slice(1), env: childEnv };
+  const setOptions = childEnv.NODE_OPTIONS === undefined ? ['-u', 'NODE_OPTIONS'] : [`NODE_OPTIONS=${childEnv.NODE_OPTIONS}`];
+  return { file: ENV, args: [...setOptions, ...node], env: childEnv };
+}
