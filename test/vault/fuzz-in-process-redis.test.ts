@@ -15,5 +15,5 @@ const redis = await redisForFile(t, { durable: false });
 if (redis) {
   const client = new Redis(redis.url);
   t.teardown(() => client.disconnect());
-  await fuzzStore(t, { inProcess: redisPhase(client, withFreshPrefix(redis), Number(process.env.FUZZ_IN_PROCESS ?? 55_000)) });
+  await fuzzStore(t, { inProcess: redisPhase(client, withFreshPrefix(redis), Number(process.env.FUZZ_IN_PROCESS ?? 30_000)) });
 }

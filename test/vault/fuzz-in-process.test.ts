@@ -10,6 +10,6 @@ import { fuzzStore } from './fuzz-suite.js';
 await fuzzStore(t, {
   inProcess: {
     service: { config: { ...baseConfig(), store: { kind: 'embedded', path: ':memory:' } } },
-    runs: Number(process.env.FUZZ_IN_PROCESS ?? 45_000),
+    runs: Number(process.env.FUZZ_IN_PROCESS ?? 25_000),
   },
 });
