@@ -10,14 +10,13 @@
  * service logged.
  */
 import type { Test } from 'tap';
-import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { runCli, type Io } from '../../src/cli.js';
 import { chain, decodeEvent, eventHash, type AuditEvent } from '../../src/store/audit.js';
 import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
-import { cliCommand } from '../helpers/cli-entry.js';
+import { spawnCli } from '../helpers/cli-entry.js';
 import { baseConfig, KEYS, TENANT_A, type TestService } from '../helpers/service.js';
 
 interface Run {
@@ -35,9 +34,7 @@ function withoutMasterKeyEnv(): NodeJS.ProcessEnv {
 /** `tokenproxy verify-audit ARGS` as a child process (helpers/cli-entry.ts). */
 function child(args: string[]): Promise<Run> {
   return new Promise((resolve) => {
-    const cli = cliCommand(['verify-audit', ...args], withoutMasterKeyEnv());
-    const child = spawn(cli.file, cli.args, {
-      env: cli.env,
+    const child = spawnCli(['verify-audit', ...args], withoutMasterKeyEnv(), {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';

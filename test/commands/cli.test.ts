@@ -4,13 +4,12 @@
  * then accepts over HTTP), gen-master-key (with which a real service starts), check-config.
  */
 import t, { type Test } from 'tap';
-import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCli, type Io } from '../../src/cli.js';
-import { cliCommand } from '../helpers/cli-entry.js';
+import { spawnCli } from '../helpers/cli-entry.js';
 import { startChild, writeConfig } from '../helpers/process.js';
 import { APP_PRIVATE, TENANT_A } from '../helpers/service.js';
 
@@ -26,9 +25,7 @@ interface Run {
 /** The CLI (helpers/cli-entry.ts) as `tokenproxy ARGS`, optionally with stdin. */
 function cli(args: string[], stdin = '', env: Record<string, string> = {}): Promise<Run> {
   return new Promise((resolve) => {
-    const c = cliCommand(args, { ...process.env, ...env });
-    const child = spawn(c.file, c.args, {
-      env: c.env,
+    const child = spawnCli(args, { ...process.env, ...env }, {
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     let stdout = '';
@@ -36,7 +33,7 @@ function cli(args: string[], stdin = '', env: Record<string, string> = {}): Prom
     child.stdout.on('data', (d) => (stdout += d));
     child.stderr.on('data', (d) => (stderr += d));
     child.on('exit', (code) => resolve({ code, stdout, stderr }));
-    child.stdin.end(stdin);
+    child.stdin!.end(stdin);
   });
 }
 

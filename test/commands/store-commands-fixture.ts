@@ -10,12 +10,11 @@
  * unknown tenant or one without a chain head exits 2 naming it).
  */
 import type { Test } from 'tap';
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { cliCommand } from '../helpers/cli-entry.js';
+import { spawnCli } from '../helpers/cli-entry.js';
 import { baseConfig } from '../helpers/service.js';
 
 
@@ -28,8 +27,7 @@ function envWith(env: Record<string, string>): NodeJS.ProcessEnv {
 
 export function cli(cwd: string, args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; out: string }> {
   return new Promise((done) => {
-    const c = cliCommand(args, envWith(env));
-    const child = spawn(c.file, c.args, { cwd, env: c.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawnCli(args, envWith(env), { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (out += d));
@@ -40,8 +38,7 @@ export function cli(cwd: string, args: string[], env: Record<string, string> = {
 /** The service as a child process in `cwd`; resolves with its URL once it listens, and a stop function. */
 export function service(cwd: string, config: string, env: Record<string, string>): Promise<{ url: string; stop: () => Promise<void> }> {
   return new Promise((done, fail) => {
-    const c = cliCommand(['--config', config], envWith({ ...env, PORT: '0' }));
-    const child = spawn(c.file, c.args, { cwd, env: c.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawnCli(['--config', config], envWith({ ...env, PORT: '0' }), { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     const onData = (d: Buffer) => {
       out += d;

@@ -4,8 +4,7 @@
  * head. One part of the store copy tests (store-copy-fixture.ts).
  */
 import t from 'tap';
-import { spawn } from 'node:child_process';
-import { cliCommand } from '../helpers/cli-entry.js';
+import { spawnCli } from '../helpers/cli-entry.js';
 import { TENANT_A } from '../helpers/service.js';
 import { postgresForFile } from '../helpers/postgres.js';
 import { copyVault, count, sourceHeads } from './store-copy-fixture.js';
@@ -25,9 +24,8 @@ if (pgServer) {
     const total = v.total();
     const db = pgKill;
     const cfg = v.config('postgres-kill', { kind: 'postgres', url: db.url });
-    const c = cliCommand(['store', 'copy', '--from', v.src, '--to', cfg, '--batch', '2'], { ...process.env, TOKENPROXY_MASTER_KEY: v.masterKey });
-    const child = spawn(c.file, c.args, {
-      env: c.env, stdio: ['ignore', 'pipe', 'pipe'],
+    const child = spawnCli(['store', 'copy', '--from', v.src, '--to', cfg, '--batch', '2'], { ...process.env, TOKENPROXY_MASTER_KEY: v.masterKey }, {
+      stdio: ['ignore', 'pipe', 'pipe'],
     });
     let output = '';
     child.stdout.on('data', (d) => (output += d));

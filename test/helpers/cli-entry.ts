@@ -21,7 +21,9 @@
  * process, so the pid, the process group and the signals a test sends are node's as before.
  */
 import t from 'tap';
+import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import type { Readable } from 'node:stream';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildDecision } from '../../scripts/build-if-stale.mjs';
@@ -153,4 +155,17 @@ export function cliCommand(args: readonly string[], env: NodeJS.ProcessEnv = pro
   if (!processinfoHooked() || ENV === null) return { file: process.execPath, args: node.slice(1), env: childEnv };
   const setOptions = childEnv.NODE_OPTIONS === undefined ? ['-u', 'NODE_OPTIONS'] : [`NODE_OPTIONS=${childEnv.NODE_OPTIONS}`];
   return { file: ENV, args: [...setOptions, ...node], env: childEnv };
+}
+
+/**
+ * Spawns `tokenproxy ARGS` (cliCommand) with the environment `env` and the other spawn options
+ * `opts`; stdout and stderr are pipes (every caller reads them).
+ */
+export function spawnCli(
+  args: readonly string[],
+  env: NodeJS.ProcessEnv,
+  opts: Omit<SpawnOptions, 'env' | 'stdio'> & { stdio: ['ignore' | 'pipe', 'pipe', 'pipe'] },
+): ChildProcess & { stdout: Readable; stderr: Readable } {
+  const c = cliCommand(args, env);
+  return spawn(c.file, c.args, { ...opts, env: c.env }) as ChildProcess & { stdout: Readable; stderr: Readable };
 }

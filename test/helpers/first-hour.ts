@@ -4,12 +4,12 @@
  * src/main.ts when dist/ is stale) run there as its own process group, and its JSON log lines.
  */
 import type { Test } from 'tap';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { cliCommand } from './cli-entry.js';
+import { spawnCli } from './cli-entry.js';
 
 const root = resolve('.');
 
@@ -50,9 +50,8 @@ export interface Proc {
 
 /** `tokenproxy ARGS` in `cwd`, detached (it leads its own process group, as under a terminal). */
 export function run(t: Test, cwd: string, args: string[], extra: Record<string, string> = {}): Proc {
-  const cli = cliCommand(args, env(extra));
-  const child = spawn(cli.file, cli.args, {
-    cwd, env: cli.env, stdio: ['ignore', 'pipe', 'pipe'], detached: true,
+  const child = spawnCli(args, env(extra), {
+    cwd, stdio: ['ignore', 'pipe', 'pipe'], detached: true,
   });
   let out = '';
   let err = '';

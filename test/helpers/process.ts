@@ -4,10 +4,10 @@
  * captured. Used where only a separate process will do: kill -9 durability, exit codes, and
  * scanning everything the process writes.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { cliCommand } from './cli-entry.js';
+import { spawnCli } from './cli-entry.js';
 
 export interface ChildService {
   child: ChildProcess;
@@ -39,8 +39,7 @@ function killGroup(child: ChildProcess): void {
 /** Runs the CLI to completion (e.g. a config error) and returns its exit code and output. */
 export function runCli(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {
-    const cli = cliCommand(args, { ...process.env, ...env });
-    const child = spawn(cli.file, cli.args, { env: cli.env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    const child = spawnCli(args, { ...process.env, ...env }, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     let output = '';
     child.stdout!.on('data', (d) => (output += d));
     child.stderr!.on('data', (d) => (output += d));
@@ -53,9 +52,7 @@ export function runCli(args: string[], env: Record<string, string> = {}): Promis
 
 /** `startTimeoutMs`: how long it may take to say it listens (a cluster's workers start after their primary); 60 s by default, as a start took 17 s at a load average of 18 on 2 cores. */
 export async function startChild(configPath: string, env: Record<string, string> = {}, startTimeoutMs = 60_000): Promise<ChildService> {
-  const cli = cliCommand(['--config', configPath], { ...process.env, PORT: '0', ...env });
-  const child = spawn(cli.file, cli.args, {
-    env: cli.env,
+  const child = spawnCli(['--config', configPath], { ...process.env, PORT: '0', ...env }, {
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,
   });

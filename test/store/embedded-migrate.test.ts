@@ -13,7 +13,6 @@
  *   loses nothing.
  */
 import t from 'tap';
-import { spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -24,7 +23,7 @@ import { encodeRecord } from '../../src/store/codec.js';
 import { EmbeddedStore } from '../../src/store/embedded/index.js';
 import { Sqlite } from '../../src/store/embedded/sqlite.js';
 import type { StoredToken } from '../../src/store/types.js';
-import { cliCommand } from '../helpers/cli-entry.js';
+import { spawnCli } from '../helpers/cli-entry.js';
 import { writeConfig } from '../helpers/process.js';
 import { APP_PRIVATE, baseConfig, KEYS, startTestService, TENANT_A, TENANT_B } from '../helpers/service.js';
 
@@ -250,9 +249,8 @@ t.test('kill -9 mid-way through a migration, then run it again: nothing lost', a
   const made = await addLegacyTokens(f.db, 3000);
   const total = 3022;
   // The real CLI as a process of its own (helpers/cli-entry.ts), a step of 10 tokens.
-  const c = cliCommand(['migrate', '--batch', '10', '--config', f.config], { ...process.env, TOKENPROXY_MASTER_KEY: MASTER_KEY });
-  const child = spawn(c.file, c.args, {
-    env: c.env, stdio: ['ignore', 'pipe', 'pipe'],
+  const child = spawnCli(['migrate', '--batch', '10', '--config', f.config], { ...process.env, TOKENPROXY_MASTER_KEY: MASTER_KEY }, {
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code, signal) => resolve(signal === 'SIGKILL' ? -9 : code)));

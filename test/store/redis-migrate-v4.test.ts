@@ -11,7 +11,6 @@
  */
 import t from 'tap';
 import type { Test } from 'tap';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,7 +19,7 @@ import { redisForFile, type RedisHandle } from '../helpers/redis.js';
 import { loadRedisFixture, redisFixtureExpected, type ExpectedToken } from '../helpers/redis-fixture.js';
 import { baseConfig, KEYS, startTestService, TENANT_A, TENANT_B, type TestService } from '../helpers/service.js';
 import { writeConfig } from '../helpers/process.js';
-import { cliCommand } from '../helpers/cli-entry.js';
+import { spawnCli } from '../helpers/cli-entry.js';
 import { KeyRing } from '../../src/crypto/keyring.js';
 import { encodeRecord as encodeLayout3 } from '../../src/store/codec.js';
 import { RedisStore } from '../../src/store/redis/index.js';
@@ -46,8 +45,7 @@ if (redis) {
   };
   const cli = (args: string[], onOut?: (out: string, kill: () => void) => void): Promise<{ code: number | null; signal: NodeJS.Signals | null; out: string }> =>
     new Promise((done) => {
-      const c = cliCommand(args, { ...process.env, TOKENPROXY_MASTER_KEY: MASTER });
-      const child = spawn(c.file, c.args, { env: c.env, stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawnCli(args, { ...process.env, TOKENPROXY_MASTER_KEY: MASTER }, { stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       const kill = () => void child.kill('SIGKILL');
       child.stdout.on('data', (d) => {
