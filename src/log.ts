@@ -123,21 +123,39 @@ const FLUSH_MS = 50;
 /** The same kind of destination on another file descriptor or a file path (the benchmarks log to a file). */
 export function asyncDestination(dest: number | string): DestinationStream {
   const stream = pino.destination({ dest, sync: false, minLength: FLUSH_BYTES });
+  // Bytes handed to the stream and not yet written out. sonic-boom's flush() does nothing while a
+  // write is in flight, and when that write ends it writes on only if at least minLength bytes
+  // wait: lines that came in meanwhile would stay buffered until the next log call (a quiet
+  // process's last lines: a worker's 'worker listening' relayed just after the primary's own
+  // line, seen held for over a minute). So a flush is owed while any byte waits, and is tried
+  // again after each write ends ('drain') until none does.
+  let waiting = 0;
   let timer: NodeJS.Timeout | null = null;
+  const arm = (): void => {
+    if (timer === null) (timer = setTimeout(flushLater, FLUSH_MS)).unref();
+  };
   const flushLater = (): void => {
     timer = null;
+    if (waiting <= 0) return;
     try {
       stream.flush();
     } catch {
       // Destroyed (the process is ending): its lines were flushed by pino's exit handler.
     }
   };
+  stream.on('write', (n: number) => {
+    waiting -= n;
+  });
+  stream.on('drain', () => {
+    if (waiting > 0) arm();
+  });
   const write = stream.write.bind(stream);
   // Each write makes sure a flush follows within FLUSH_MS (one timer at a time, never keeping the
   // process alive), so nothing waits for the buffer to fill.
   stream.write = (data: string): boolean => {
+    waiting += Buffer.byteLength(data);
     const ok = write(data);
-    if (timer === null) (timer = setTimeout(flushLater, FLUSH_MS)).unref();
+    arm();
     return ok;
   };
   return stream;

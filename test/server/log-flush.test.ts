@@ -68,3 +68,53 @@ for (const how of ['exit', 'throw', 'return'] as const) {
     t.match(lines[count - 1], `"n":${count - 1}`, 'the last one last');
   });
 }
+
+// A quiet process's last line is written while the process runs, not only when it ends. The case
+// that held one: sonic-boom's flush does nothing while a write is in flight, and when that write
+// ends it writes on only if 8 KB wait; so a line logged during a slow write (stdout a pipe its
+// reader is behind on) stayed buffered until the next log call. In a cluster the primary relays
+// each worker's 'worker listening' just after its own line, and a test waited over a minute for one.
+t.test('a line logged while a slow write is in flight goes out without another log call', async (t) => {
+  // The child fills the pipe (its reader, this test, is paused) with one 1 MB line, so that write
+  // stays in flight; logs the short line; and says 'ready' on stderr from a timer that fires after
+  // the logger's 50 ms flush timer (Node runs timers in the order they expire). Then it idles,
+  // logging nothing more, until its stdin closes.
+  const script = `
+    import { createLogger } from './src/log.ts';
+    const log = createLogger('info');
+    log.info({ pad: 'x'.repeat(1_000_000) }, 'big');
+    setTimeout(() => {
+      log.info('the short line');
+      setTimeout(() => process.stderr.write('ready\\n'), 200);
+    }, 10);
+    process.stdin.resume();
+    process.stdin.on('end', () => process.exit(0));
+  `;
+  const child = spawn(process.execPath, [...process.execArgv.filter((a) => !a.startsWith('--inspect')), '--input-type=module', '-e', script], { stdio: ['pipe', 'pipe', 'pipe'] });
+  t.teardown(() => child.kill('SIGKILL'));
+  child.stdout!.pause();
+  let stderr = '';
+  await new Promise<void>((resolve, reject) => {
+    child.stderr!.setEncoding('utf8').on('data', (d: string) => {
+      stderr += d;
+      if (stderr.includes('ready\n')) resolve();
+    });
+    child.once('exit', (code) => reject(new Error(`child exited with ${code}: ${stderr}`)));
+  });
+  let stdout = '';
+  const sawShortLine = await new Promise<boolean>((resolve) => {
+    const timer = setTimeout(() => resolve(false), 10_000);
+    child.stdout!.setEncoding('utf8').on('data', (d: string) => {
+      stdout += d;
+      if (stdout.includes('"msg":"the short line"')) {
+        clearTimeout(timer);
+        resolve(true);
+      }
+    });
+    child.stdout!.resume();
+  });
+  t.ok(stdout.includes('"msg":"big"'), 'the big line came first');
+  t.ok(sawShortLine, 'the short line came while the process was still running (not held for its exit)');
+  child.stdin!.end();
+  t.equal(await exited(child), 0);
+});
