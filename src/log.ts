@@ -111,7 +111,7 @@ function censorHeaders(headers: Record<string, unknown>): Record<string, unknown
  *
  * Under load the buffer goes out once it holds FLUSH_BYTES (one write for a few dozen access
  * lines, instead of one per event-loop turn); a quiet service's lines go out at most FLUSH_MS after
- * they were logged.
+ * they were logged, or after the write then in flight ends.
  */
 export function stdoutDestination(): DestinationStream {
   return asyncDestination(1);
