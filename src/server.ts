@@ -28,7 +28,7 @@ import { elementsRoutes } from './elements/routes.js';
 import { createPipeline, createUpgradeHandler, type PipelineOptions } from './http/pipeline.js';
 import { createLogger, type Logger } from './log.js';
 import { compileOrThrow, ModelRef, type Model } from './model/compile.js';
-import { ReactorHostSync, Reloader, startKeyRefresh, type ReloadOutcome } from './model/reload.js';
+import { ReactorHostSync, Reloader, startKeyRefresh, type ReactorHostOptions, type ReloadOutcome } from './model/reload.js';
 import { metricsEndpoint } from './metrics/endpoint.js';
 import { ServiceMetrics } from './metrics/registry.js';
 import { instrumentStore } from './metrics/store.js';
@@ -82,6 +82,12 @@ export interface StartOptions {
   purgeEveryMs?: { cvc?: number; idempotency?: number };
   /** The model compiled from `config` (the CLI compiled it while reading the file); compiled here when absent. */
   model?: Model;
+  /**
+   * For tests only: how the reactor host process is started (the tests run the compiled host.js
+   * when dist/ is up to date, without their own loaders: test/helpers/cli-entry.ts). `tokenproxy
+   * start` never passes it; the default runs this node on the host entry beside the service's code.
+   */
+  reactorHost?: ReactorHostOptions;
 }
 
 const CVC_PURGE_INTERVAL_MS = 60_000;
@@ -135,7 +141,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     await limits.ready();
     // The reactor host process starts only when some tenant has reactors (at start or at a
     // reload); the main process never loads isolated-vm itself.
-    const reactors = new ReactorHostSync(log, config.server.body_limit_bytes, metrics);
+    const reactors = new ReactorHostSync(log, config.server.body_limit_bytes, metrics, opts.reactorHost);
     cleanups.push(() => reactors.close());
     await reactors.sync(first.reactors);
     const rateLimits = createRateLimitStage(limits, metrics);

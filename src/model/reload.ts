@@ -12,7 +12,7 @@ import type { KeyRing } from '../crypto/keyring.js';
 import type { Logger } from '../log.js';
 import type { ReactorMetrics } from '../reactors/metrics.js';
 import { publishedKeyRefusal } from '../production.js';
-import { ReactorRuntime, type ReactorDefinition } from '../reactors/runtime.js';
+import { ReactorRuntime, type ReactorDefinition, type ReactorRuntimeOptions } from '../reactors/runtime.js';
 import { compile, type Model, type ModelRef } from './compile.js';
 
 export interface ReloadOutcome {
@@ -24,6 +24,9 @@ export interface ReloadOutcome {
   restartNeeded: string[];
 }
 
+/** How the reactor host process is started: its entry, node flags and program (the defaults run this node on host.js/host.ts). */
+export type ReactorHostOptions = Pick<ReactorRuntimeOptions, 'hostPath' | 'execArgv' | 'execPath'>;
+
 /**
  * The reactor host's side of the model: starts the host when the first reactor or code transform
  * appears, and compiles the definitions that are new or changed.
@@ -32,13 +35,18 @@ export class ReactorHostSync {
   runtime: ReactorRuntime | null = null;
   readonly #registered = new Map<string, string>();
 
-  constructor(private readonly log: Logger, private readonly payloadLimitBytes: number, private readonly metrics?: ReactorMetrics) {}
+  constructor(
+    private readonly log: Logger,
+    private readonly payloadLimitBytes: number,
+    private readonly metrics?: ReactorMetrics,
+    private readonly host: ReactorHostOptions = {},
+  ) {}
 
   /** All or nothing: rejects with the reactors that failed to compile, and nothing changes. */
   async sync(defs: readonly ReactorDefinition[]): Promise<void> {
     const changed = defs.filter((d) => this.#registered.get(d.key) !== JSON.stringify(d));
     if (changed.length === 0) return;
-    this.runtime ??= await ReactorRuntime.start({ log: this.log, payloadLimitBytes: this.payloadLimitBytes, metrics: this.metrics });
+    this.runtime ??= await ReactorRuntime.start({ log: this.log, payloadLimitBytes: this.payloadLimitBytes, metrics: this.metrics, ...this.host });
     await this.runtime.register(changed);
     for (const d of changed) this.#registered.set(d.key, JSON.stringify(d));
   }

@@ -24,6 +24,8 @@ interface Pending {
 export interface SpawnOptions {
   hostPath: string;
   execArgv: string[];
+  /** The program that runs the host: this node (process.execPath) unless given. */
+  execPath?: string;
   serialization: 'json' | 'advanced';
   log: Logger;
   idleMs: number;
@@ -56,6 +58,7 @@ export class HostProcess {
   static spawn(opts: SpawnOptions): Promise<HostProcess> {
     const child = fork(opts.hostPath, [], {
       execArgv: opts.execArgv,
+      ...(opts.execPath !== undefined ? { execPath: opts.execPath } : {}),
       // An allow-list: no master key, store password or other secret reaches tenant code's process.
       env: hostEnvironment(process.env),
       serialization: opts.serialization,

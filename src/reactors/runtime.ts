@@ -34,6 +34,11 @@ export interface ReactorRuntimeOptions {
    */
   execArgv?: string[];
   /**
+   * The program the host is started with (node's fork `execPath`): this node unless given. The
+   * tests start it through /usr/bin/env to set the host's NODE_OPTIONS (test/helpers/cli-entry.ts).
+   */
+  execPath?: string;
+  /**
    * Largest serialized args (UTF-8 bytes) a call may carry; larger is 413 body_too_large, refused
    * before the host sees it. Default: the spec's 5 MB ("larger needs arrangement with the
    * operator": e.g. pass `server.body_limit_bytes`).
@@ -129,6 +134,7 @@ export class ReactorRuntime {
       HostProcess.spawn({
         hostPath,
         execArgv,
+        ...(opts.execPath !== undefined ? { execPath: opts.execPath } : {}),
         serialization: opts.serialization ?? 'advanced',
         log,
         idleMs: opts.idleMs ?? 10_000,

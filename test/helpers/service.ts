@@ -10,6 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { buildConfig } from '../../src/config/load.js';
 import { createLogger } from '../../src/log.js';
 import { startService, type RunningService } from '../../src/server.js';
+import { testReactorHost } from './cli-entry.js';
 import type { RedisHandle } from './redis.js';
 import type { PostgresDatabase } from './postgres.js';
 
@@ -93,7 +94,7 @@ export async function startTestService(t: Tap, opts: StartTestOptions = {}): Pro
   const config = buildConfig({ ...raw, store: { ...store, ...((raw.store as object) ?? {}) } }, { env: { TOKENPROXY_MASTER_KEY: masterKey } });
   const lines: string[] = [];
   const log = createLogger('info', { write: (s: string) => void lines.push(s) } as never);
-  const svc = await startService(config, { log });
+  const svc = await startService(config, { log, reactorHost: testReactorHost() });
   t.teardown(() => svc.close());
   return {
     svc,

@@ -6,7 +6,8 @@
 import t from 'tap';
 import { ReactorRuntime } from '../../src/reactors/runtime.js';
 import { sleep } from '../helpers/wait.js';
-import { captureLog, fastHostExecArgv, invokeServed, reactor, serviceError } from './helpers.js';
+import { captureLog, invokeServed, reactor, serviceError } from './helpers.js';
+import { testReactorHost } from '../helpers/cli-entry.js';
 
 /**
  * Extra isolates idle this long are disposed. Long enough that the moment between two bursts of
@@ -22,7 +23,7 @@ const IDLE_MS = 1500;
 const OVERLAP_MS = 1000;
 
 const cap = captureLog();
-const runtime = await ReactorRuntime.start({ log: cap.log, idleMs: IDLE_MS, execArgv: fastHostExecArgv() });
+const runtime = await ReactorRuntime.start({ log: cap.log, idleMs: IDLE_MS, ...testReactorHost() });
 t.teardown(() => runtime.close());
 
 /** Calls spin for `args.ms`; which isolate served a call is reported by the host (invokeServed). */

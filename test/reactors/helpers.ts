@@ -58,27 +58,6 @@ export async function serviceError(p: Promise<unknown>): Promise<ServiceError> {
 }
 
 /**
- * Host flags for tests: this process's own, with tsx (once) and without tap's ts-node or mock
- * loaders should a run use them, which start a host in about 0.6 s instead of about 3 s. Every host
- * restart in these tests pays that start. The runtime's default (inheriting the flags) is
- * exercised by contract.test.ts.
- */
-export function fastHostExecArgv(): string[] {
-  const slow = /@tapjs[\\/](typescript|mock)[\\/]|ts-node|[\\/]tsx[\\/]|^--import=tsx$/;
-  const argv: string[] = [];
-  for (let i = 0; i < process.execArgv.length; i++) {
-    const a = process.execArgv[i] ?? '';
-    if ((a === '--import' || a === '--loader') && slow.test(process.execArgv[i + 1] ?? '')) {
-      i++;
-      continue;
-    }
-    if (/^--(import|loader|experimental-loader)=/.test(a) && slow.test(a)) continue;
-    argv.push(a);
-  }
-  return ['--import=tsx', ...argv];
-}
-
-/**
  * Invokes a reactor and reports which isolate served the call (its serial in the host, and the
  * call's number on it). Reactor code cannot count its own calls any more: nothing it keeps
  * survives a call (issue 23).

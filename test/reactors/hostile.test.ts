@@ -10,10 +10,11 @@
 import t from 'tap';
 import { ServiceError } from '../../src/errors.js';
 import { ReactorRuntime } from '../../src/reactors/runtime.js';
-import { captureLog, fastHostExecArgv, fn, reactor, serviceError } from './helpers.js';
+import { captureLog, fn, reactor, serviceError } from './helpers.js';
+import { testReactorHost } from '../helpers/cli-entry.js';
 
 const cap = captureLog();
-const runtime = await ReactorRuntime.start({ log: cap.log, restartWaitMs: 10_000, execArgv: fastHostExecArgv() });
+const runtime = await ReactorRuntime.start({ log: cap.log, restartWaitMs: 10_000, ...testReactorHost() });
 t.setTimeout(300_000);
 t.teardown(() => runtime.close());
 

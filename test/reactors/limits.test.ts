@@ -6,10 +6,11 @@
 import t from 'tap';
 import { MAX_OUTPUT_BYTES, MAX_PAYLOAD_BYTES } from '../../src/reactors/protocol.js';
 import { ReactorRuntime } from '../../src/reactors/runtime.js';
-import { captureLog, fastHostExecArgv, fn, invokeServed, reactor, serviceError } from './helpers.js';
+import { captureLog, fn, invokeServed, reactor, serviceError } from './helpers.js';
+import { testReactorHost } from '../helpers/cli-entry.js';
 
 const cap = captureLog();
-const runtime = await ReactorRuntime.start({ log: cap.log, execArgv: fastHostExecArgv() });
+const runtime = await ReactorRuntime.start({ log: cap.log, ...testReactorHost() });
 t.teardown(() => runtime.close());
 
 t.before(() => runtime.register([
@@ -110,7 +111,7 @@ t.test('timeouts are bounded by the configuration: at most 30 s', async (t) => {
 });
 
 t.test('the payload limit can be raised or lowered by the operator (payloadLimitBytes)', async (t) => {
-  const small = await ReactorRuntime.start({ log: captureLog().log, execArgv: fastHostExecArgv(), payloadLimitBytes: 1000 });
+  const small = await ReactorRuntime.start({ log: captureLog().log, ...testReactorHost(), payloadLimitBytes: 1000 });
   t.teardown(() => small.close());
   await small.register([reactor('l/len', fn('return req.args.length;'))]);
   t.equal(await small.invoke('l/len', { args: 'x'.repeat(998) }), 998, '1000 bytes accepted');

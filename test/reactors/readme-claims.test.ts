@@ -7,10 +7,11 @@
 import t from 'tap';
 import { MAX_LOG_LINE_CHARS, MAX_LOG_LINES, MAX_OUTPUT_BYTES } from '../../src/reactors/protocol.js';
 import { ReactorRuntime } from '../../src/reactors/runtime.js';
-import { captureLog, fastHostExecArgv, fn, reactor, serviceError } from './helpers.js';
+import { captureLog, fn, reactor, serviceError } from './helpers.js';
+import { testReactorHost } from '../helpers/cli-entry.js';
 
 const cap = captureLog();
-const runtime = await ReactorRuntime.start({ log: cap.log, execArgv: fastHostExecArgv() });
+const runtime = await ReactorRuntime.start({ log: cap.log, ...testReactorHost() });
 t.teardown(() => runtime.close());
 
 t.before(() =>

@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ReactorRuntime } from '../../src/reactors/runtime.js';
 import { waitFor } from '../helpers/wait.js';
-import { captureLog, fastHostExecArgv, fn, invokeServed, reactor, serviceError } from './helpers.js';
+import { captureLog, fn, invokeServed, reactor, serviceError } from './helpers.js';
+import { testReactorHost } from '../helpers/cli-entry.js';
 
 const SLOW = fn('const end = Date.now() + req.args.ms; while (Date.now() < end) {} return { done: req.args.ms };');
 /** `n` is the call's number on the isolate that served it (reported by the host). */
@@ -36,7 +37,7 @@ const count = async (runtime: ReactorRuntime): Promise<{ n: number }> => ({ n: (
 
 t.test('a killed host: calls in flight get 503, the host comes back with every reactor', async (t) => {
   const cap = captureLog();
-  const runtime = await ReactorRuntime.start({ log: cap.log, execArgv: fastHostExecArgv() });
+  const runtime = await ReactorRuntime.start({ log: cap.log, ...testReactorHost() });
   t.teardown(() => runtime.close());
   await runtime.register([reactor('s/slow', SLOW, { timeout_ms: 5000 }), reactor('s/counter', COUNTER)]);
   t.same(await count(runtime), { n: 1 });
@@ -60,7 +61,7 @@ t.test('a killed host: calls in flight get 503, the host comes back with every r
 });
 
 t.test('calls that arrive during a restart wait for it', async (t) => {
-  const runtime = await ReactorRuntime.start({ log: captureLog().log, execArgv: fastHostExecArgv() });
+  const runtime = await ReactorRuntime.start({ log: captureLog().log, ...testReactorHost() });
   t.teardown(() => runtime.close());
   await runtime.register([reactor('s/counter', COUNTER)]);
   const pid = runtime.hostPid;
@@ -80,7 +81,7 @@ t.test('calls that arrive during a restart wait for it', async (t) => {
 
 t.test('a host that stops answering is killed and replaced', async (t) => {
   const cap = captureLog();
-  const runtime = await ReactorRuntime.start({ log: cap.log, heartbeatMs: 100, hangMs: 600, execArgv: fastHostExecArgv() });
+  const runtime = await ReactorRuntime.start({ log: cap.log, heartbeatMs: 100, hangMs: 600, ...testReactorHost() });
   t.teardown(() => runtime.close());
   await runtime.register([reactor('s/counter', COUNTER)]);
   const pid = runtime.hostPid ?? 0;
@@ -94,7 +95,7 @@ t.test('a host that stops answering is killed and replaced', async (t) => {
 });
 
 t.test('a reactor whose top-level code crashes the host is named, and the others keep working', async (t) => {
-  const runtime = await ReactorRuntime.start({ log: captureLog().log, execArgv: fastHostExecArgv() });
+  const runtime = await ReactorRuntime.start({ log: captureLog().log, ...testReactorHost() });
   t.teardown(() => runtime.close());
   await runtime.register([reactor('s/counter', COUNTER)]);
   await t.rejects(
@@ -109,7 +110,7 @@ t.test('a reactor that keeps crashing the host is suspended; the others keep wor
   const cap = captureLog();
   const runtime = await ReactorRuntime.start({
     log: cap.log,
-    execArgv: fastHostExecArgv(),
+    ...testReactorHost(),
     suspension: { strikes: 2, windowMs: 60_000, suspendMs: 4000 },
   });
   t.teardown(() => runtime.close());
@@ -162,7 +163,7 @@ t.test('a reactor that keeps crashing the host is suspended; the others keep wor
 });
 
 t.test('close: calls in flight and later calls get 503', async (t) => {
-  const runtime = await ReactorRuntime.start({ log: captureLog().log, execArgv: fastHostExecArgv() });
+  const runtime = await ReactorRuntime.start({ log: captureLog().log, ...testReactorHost() });
   t.teardown(() => runtime.close());
   await runtime.register([reactor('s/slow', SLOW, { timeout_ms: 5000 })]);
   const inFlight = runtime.invoke('s/slow', { args: { ms: 2000 } });
@@ -177,6 +178,6 @@ t.test('a host entry that cannot start fails start()', async (t) => {
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const exits = join(dir, 'exits.mjs');
   writeFileSync(exits, 'process.exit(3);\n');
-  await t.rejects(ReactorRuntime.start({ log: captureLog().log, hostPath: exits, execArgv: fastHostExecArgv() }), /exited while starting/);
-  await t.rejects(ReactorRuntime.start({ log: captureLog().log, hostPath: join(dir, 'missing.js'), execArgv: fastHostExecArgv() }), /not found/);
+  await t.rejects(ReactorRuntime.start({ log: captureLog().log, ...testReactorHost(), hostPath: exits }), /exited while starting/);
+  await t.rejects(ReactorRuntime.start({ log: captureLog().log, ...testReactorHost(), hostPath: join(dir, 'missing.js') }), /not found/);
 });

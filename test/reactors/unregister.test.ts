@@ -4,11 +4,12 @@
  */
 import t from 'tap';
 import { ReactorRuntime } from '../../src/reactors/runtime.js';
-import { captureLog, fastHostExecArgv, fn, reactor, serviceError } from './helpers.js';
+import { captureLog, fn, reactor, serviceError } from './helpers.js';
+import { testReactorHost } from '../helpers/cli-entry.js';
 import { waitFor } from '../helpers/wait.js';
 
 const cap = captureLog();
-const runtime = await ReactorRuntime.start({ log: cap.log, execArgv: fastHostExecArgv() });
+const runtime = await ReactorRuntime.start({ log: cap.log, ...testReactorHost() });
 t.teardown(() => runtime.close());
 
 t.test('an unregistered reactor is gone; the others stay', async (t) => {
