@@ -123,37 +123,33 @@ const FLUSH_MS = 50;
 /** The same kind of destination on another file descriptor or a file path (the benchmarks log to a file). */
 export function asyncDestination(dest: number | string): DestinationStream {
   const stream = pino.destination({ dest, sync: false, minLength: FLUSH_BYTES });
-  // Bytes handed to the stream and not yet written out. sonic-boom's flush() does nothing while a
-  // write is in flight, and when that write ends it writes on only if at least minLength bytes
-  // wait: lines that came in meanwhile would stay buffered until the next log call (a quiet
-  // process's last lines: a worker's 'worker listening' relayed just after the primary's own
-  // line, seen held for over a minute). So a flush is owed while any byte waits, and is tried
-  // again after each write ends ('drain') until none does.
-  let waiting = 0;
+  // sonic-boom's flush() does nothing while a write is in flight, and when that write ends it writes
+  // on only if at least minLength bytes wait: lines that came in meanwhile stayed buffered until the
+  // next log call (a quiet process's last lines: a worker's 'worker listening', relayed just after
+  // the primary's own line, was seen held for over a minute). So after each write ends ('drain'),
+  // a flush is owed again while any byte waits. What waits is sonic-boom's own count (`_len`, not
+  // part of its typed API; read only here, once a write ends, so a log call costs nothing more:
+  // counting bytes per call cost 0.3 µs a line). test/server/log-flush.test.ts fails should a
+  // sonic-boom upgrade rename it.
   let timer: NodeJS.Timeout | null = null;
-  const arm = (): void => {
-    if (timer === null) (timer = setTimeout(flushLater, FLUSH_MS)).unref();
-  };
   const flushLater = (): void => {
     timer = null;
-    if (waiting <= 0) return;
     try {
       stream.flush();
     } catch {
       // Destroyed (the process is ending): its lines were flushed by pino's exit handler.
     }
   };
-  stream.on('write', (n: number) => {
-    waiting -= n;
-  });
+  const arm = (): void => {
+    if (timer === null) (timer = setTimeout(flushLater, FLUSH_MS)).unref();
+  };
   stream.on('drain', () => {
-    if (waiting > 0) arm();
+    if ((stream as unknown as { _len?: number })._len! > 0) arm();
   });
   const write = stream.write.bind(stream);
   // Each write makes sure a flush follows within FLUSH_MS (one timer at a time, never keeping the
   // process alive), so nothing waits for the buffer to fill.
   stream.write = (data: string): boolean => {
-    waiting += Buffer.byteLength(data);
     const ok = write(data);
     arm();
     return ok;
