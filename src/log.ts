@@ -144,7 +144,7 @@ export function asyncDestination(dest: number | string): DestinationStream {
     if (timer === null) (timer = setTimeout(flushLater, FLUSH_MS)).unref();
   };
   stream.on('drain', () => {
-    if ((stream as unknown as { _len?: number })._len! > 0) arm();
+    if (((stream as unknown as { _len?: number })._len ?? 0) > 0) arm();
   });
   const write = stream.write.bind(stream);
   // Each write makes sure a flush follows within FLUSH_MS (one timer at a time, never keeping the

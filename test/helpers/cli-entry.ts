@@ -151,10 +151,17 @@ export interface CliCommand {
  */
 export function cliCommand(args: readonly string[], env: NodeJS.ProcessEnv = process.env): CliCommand {
   const childEnv = cliEnv(env);
-  const node = [process.execPath, ...cliEntry().prefix, ...args];
-  if (!processinfoHooked() || ENV === null) return { file: process.execPath, args: node.slice(1), env: childEnv };
-  const setOptions = childEnv.NODE_OPTIONS === undefined ? ['-u', 'NODE_OPTIONS'] : [`NODE_OPTIONS=${childEnv.NODE_OPTIONS}`];
-  return { file: ENV, args: [...setOptions, ...node], env: childEnv };
+  return { ...nodeCommand([...cliEntry().prefix, ...args], childEnv.NODE_OPTIONS), env: childEnv };
+}
+
+/**
+ * `node NODE_ARGS` with the child's NODE_OPTIONS set to `nodeOptions` (none when undefined): under
+ * tap through /usr/bin/env, which sets them after processinfo's spawn hook has run (see above).
+ */
+function nodeCommand(nodeArgs: readonly string[], nodeOptions: string | undefined): { file: string; args: string[] } {
+  if (!processinfoHooked() || ENV === null) return { file: process.execPath, args: [...nodeArgs] };
+  const setOptions = nodeOptions === undefined ? ['-u', 'NODE_OPTIONS'] : [`NODE_OPTIONS=${nodeOptions}`];
+  return { file: ENV, args: [...setOptions, process.execPath, ...nodeArgs] };
 }
 
 /**
@@ -187,8 +194,6 @@ export function testReactorHost(): TestReactorHost {
   const fromDist = cliEntry().from === 'dist';
   const hostPath = join(ROOT, fromDist ? 'dist/reactors/host.js' : 'src/reactors/host.ts');
   const flags = [...(fromDist ? ['--enable-source-maps'] : loaderArgs()), '--no-node-snapshot'];
-  if (!processinfoHooked() || ENV === null) return { hostPath, execArgv: flags, execPath: process.execPath };
-  const nodeOptions = withoutProcessinfo(process.env.NODE_OPTIONS);
-  const setOptions = nodeOptions === undefined ? ['-u', 'NODE_OPTIONS'] : [`NODE_OPTIONS=${nodeOptions}`];
-  return { hostPath, execArgv: [...setOptions, process.execPath, ...flags], execPath: ENV };
+  const c = nodeCommand(flags, withoutProcessinfo(process.env.NODE_OPTIONS));
+  return { hostPath, execPath: c.file, execArgv: c.args };
 }
