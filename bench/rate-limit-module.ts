@@ -78,9 +78,9 @@ interface Case {
 
 const base: RateLimitConfig = { enabled: true, store: 'memory', key_prefix: 'bench:rl:', on_store_error: 'reject', timeout_ms: 1000 };
 const cases: Case[] = [
-  { name: 'off (enabled: false)', service: RateLimitService.create({ ...base, enabled: false }, { log }), ops: OPS, list: subjects(false), rounds: [] },
-  { name: 'memory, 2 rules', service: RateLimitService.create(base, { log }), ops: OPS, list: subjects(false), rounds: [] },
-  { name: 'memory, 4 rules (legacy app)', service: RateLimitService.create(base, { log }), ops: OPS, list: subjects(true), rounds: [] },
+  { name: 'off (enabled: false)', service: await RateLimitService.create({ ...base, enabled: false }, { log }), ops: OPS, list: subjects(false), rounds: [] },
+  { name: 'memory, 2 rules', service: await RateLimitService.create(base, { log }), ops: OPS, list: subjects(false), rounds: [] },
+  { name: 'memory, 4 rules (legacy app)', service: await RateLimitService.create(base, { log }), ops: OPS, list: subjects(true), rounds: [] },
 ];
 
 async function plainRedis(): Promise<{ url: string; stop: () => Promise<void> }> {
@@ -113,17 +113,17 @@ if (process.env.REDIS_URL || redisAvailable()) {
   }
   for (const target of targets) {
     const cfg: RateLimitConfig = { ...base, store: 'redis', url: target.url, key_prefix: `${target.prefix}rl:` };
-    cases.push({ name: `redis (${target.label}), 2 rules`, service: RateLimitService.create(cfg, { log }), ops: REDIS_OPS, list: subjects(false), rounds: [] });
+    cases.push({ name: `redis (${target.label}), 2 rules`, service: await RateLimitService.create(cfg, { log }), ops: REDIS_OPS, list: subjects(false), rounds: [] });
     const piped = new Redis(target.url, { ...RATE_LIMIT_REDIS_OPTIONS, enableAutoPipelining: true });
     cases.push({
       name: `redis (${target.label}), 2 rules, auto-pipelining`,
-      service: RateLimitService.create(cfg, { log, redis: piped }),
+      service: await RateLimitService.create(cfg, { log, redis: piped }),
       ops: REDIS_OPS,
       list: subjects(false),
       rounds: [],
       cleanup: () => piped.disconnect(),
     });
-    cases.push({ name: `redis (${target.label}), 4 rules (legacy)`, service: RateLimitService.create(cfg, { log }), ops: REDIS_OPS, list: subjects(true), rounds: [] });
+    cases.push({ name: `redis (${target.label}), 4 rules (legacy)`, service: await RateLimitService.create(cfg, { log }), ops: REDIS_OPS, list: subjects(true), rounds: [] });
   }
 } else {
   console.log('redis-server not available: Redis rows skipped');

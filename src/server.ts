@@ -33,9 +33,8 @@ import { metricsEndpoint } from './metrics/endpoint.js';
 import { ServiceMetrics } from './metrics/registry.js';
 import { instrumentStore } from './metrics/store.js';
 import { servicePorts } from './store/service-errors.js';
-import { RateLimitService } from './rate-limit/limiter.js';
+import { postgresPoolOf, RateLimitService } from './rate-limit/limiter.js';
 import { createRateLimitStage } from './rate-limit/stage.js';
-import { postgresPoolOf } from './rate-limit/postgres.js';
 import { connectRefuser } from './proxy/methods.js';
 import { OutboundProxy } from './proxy/outbound.js';
 import { InboundProxy } from './proxy/inbound.js';
@@ -136,7 +135,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     });
     const detokenizer = new Detokenizer(ports.tokens, tokens, { audit, log });
     // Issue 24: `rate_limits.store: postgres` counts on the token store's own pool.
-    const limits = RateLimitService.create(config.rate_limits, { log, ipv6Prefix: config.server.ipv6_prefix, postgres: postgresPoolOf(store) });
+    const limits = await RateLimitService.create(config.rate_limits, { log, ipv6Prefix: config.server.ipv6_prefix, postgres: postgresPoolOf(store) });
     cleanups.push(() => limits.close());
     await limits.ready();
     // The reactor host process starts only when some tenant has reactors (at start or at a

@@ -18,7 +18,7 @@ import { readFileSync } from 'node:fs';
 import { lookup } from 'node:dns/promises';
 import { BlockList, isIP } from 'node:net';
 import { rootCertificates } from 'node:tls';
-import { buildConnector, Pool } from 'undici';
+import type { Pool } from 'undici';
 import { ServiceError } from '../errors.js';
 import { compiledOr, type Compiled, type Problem } from '../problems.js';
 
@@ -253,6 +253,8 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
 
 const systemLookup = async (host: string): Promise<string[]> => (await lookup(host, { all: true, verbatim: true })).map((a) => a.address);
 
+let undici: Promise<typeof import('undici')> | undefined;
+
 export class EgressPolicy {
   private readonly pools = new Map<string, Pool>();
   private readonly lookup: (host: string) => Promise<string[]>;
@@ -299,10 +301,13 @@ export class EgressPolicy {
     // Any internal address among several refuses the request: a mixed answer is how rebinding starts.
     if (entry.wildcard && addresses.some(isInternalAddress)) throw refusedAddress();
     const address = addresses[0]!;
-    return { origin: url.origin, address, dispatcher: this.pool(url.origin, address, entry) };
+    return { origin: url.origin, address, dispatcher: await this.pool(url.origin, address, entry) };
   }
 
-  private pool(origin: string, address: string, entry: AllowedEntry): Pool {
+  private async pool(origin: string, address: string, entry: AllowedEntry): Promise<Pool> {
+    // undici on first use: the model (and `tokenproxy check-config`) builds this policy without
+    // ever sending anything. Loaded before the lookup, so two requests cannot both make a pool.
+    const { buildConnector, Pool } = await (undici ??= import('undici'));
     const key = `${entry.index}|${origin}|${address}`;
     let pool = this.pools.get(key);
     if (pool) {

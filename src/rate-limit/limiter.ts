@@ -2,7 +2,7 @@
  * The rate-limit service: built once at start-up from `rate_limits` config, asked once per request
  * (after authentication, before the body is read) with the request's subject.
  *
- *   const limits = RateLimitService.create(config.rate_limits, { log, redis });
+ *   const limits = await RateLimitService.create(config.rate_limits, { log, redis });
  *   const { headers } = await limits.check({ tenant, route: 'tokenize', clientIp, apiKeyId, keyKind });
  *   // set `headers` on the response; a 429 / 503 is thrown as a ServiceError carrying its headers
  *
@@ -40,14 +40,14 @@
 import type { Cluster, Redis } from 'ioredis';
 import cluster from 'node:cluster';
 import { addressBlock } from '../net/client-ip.js';
-import { createRedisClient } from '../redis/connect.js';
 import { RateLimiterCluster, RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import { DEFAULT_RATE_LIMIT_TABLE, type Config } from '../config/schema.js';
 import type { Logger } from '../log.js';
 import { decide, NO_LIMITS, type Outcome as AnyOutcome, type RateLimitDecision } from './decide.js';
 import { StoreHealth } from './store-health.js';
-import { PostgresCounters } from './postgres.js';
+import type { PostgresCounters } from './postgres.js';
 import type pg from 'pg';
+import type { Store } from '../store/types.js';
 import {
   ruleMatches,
   type Counter,
@@ -153,6 +153,16 @@ type Outcome = AnyOutcome<CompiledRule>;
 const TIMED_OUT: unique symbol = Symbol('timed out');
 const TIMEOUT_ERROR = new Error('rate-limit store timed out');
 
+/**
+ * The token store's pool when the token store is PostgreSQL (`rate_limits.store: postgres` counts
+ * on it), else undefined. Read through the instance, not an import of the store's module, so the
+ * rate limits do not depend on where that module lives and a service on another store never
+ * loads pg.
+ */
+export function postgresPoolOf(store: Store): pg.Pool | undefined {
+  return store.kind === 'postgres' && 'pool' in store ? (store as { pool: pg.Pool }).pool : undefined;
+}
+
 /** `client`: the subject's client address as per-IP rules count it (`addressBlock`). */
 function counterIdentity(counter: Counter, s: RateLimitSubject, client: string): string | undefined {
   switch (counter) {
@@ -203,7 +213,11 @@ export class RateLimitService {
     }
   }
 
-  static create(cfg: RateLimitConfig, opts: RateLimitServiceOptions): RateLimitService {
+  /**
+   * The service for `cfg`. Async because a Redis or PostgreSQL counter store loads its client
+   * (ioredis, pg) here, on demand: a service on the memory store never loads either.
+   */
+  static async create(cfg: RateLimitConfig, opts: RateLimitServiceOptions): Promise<RateLimitService> {
     const interval = opts.failureLogIntervalMs ?? 10_000;
     const prefix = opts.ipv6Prefix ?? 64;
     if (!cfg.enabled || cfg.store === 'memory') {
@@ -211,6 +225,7 @@ export class RateLimitService {
     }
     if (cfg.store === 'postgres') {
       if (!opts.postgres) throw new Error('rate_limits.store is postgres but the token store is not PostgreSQL (store.kind: postgres)');
+      const { PostgresCounters } = await import('./postgres.js');
       const service = new RateLimitService(cfg, opts.log, undefined, false, interval, prefix);
       service.postgres = new PostgresCounters(opts.postgres, cfg.table ?? DEFAULT_RATE_LIMIT_TABLE);
       // The table now, not in the first check's timeout_ms: creating it writes the catalog and
@@ -222,6 +237,7 @@ export class RateLimitService {
     if (!cfg.url && !cfg.cluster && !cfg.sentinel) throw new Error('rate_limits.store is redis but none of rate_limits.url, cluster and sentinel is set');
     // Our own fail-fast options on every topology: on a Cluster, enableOfflineQueue: false makes a
     // command for a shard whose connection is down fail at once (as on one node) instead of waiting.
+    const { createRedisClient } = await import('../redis/connect.js');
     const client = createRedisClient(cfg, { ...RATE_LIMIT_REDIS_OPTIONS, lazyConnect: false });
     const service = new RateLimitService(cfg, opts.log, client, true, interval, prefix);
     // Our own client: without a listener ioredis prints every failed reconnect attempt. A Cluster

@@ -22,22 +22,12 @@
 import pg from 'pg';
 import { RateLimiterPostgres, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import { errorCode } from '../store/postgres/pool.js';
-import type { Store } from '../store/types.js';
 
 /** The schema of the token store's tables (src/store/postgres/schema.ts creates it at connect). */
 const SCHEMA = 'tokenproxy';
 const SWEEP_EVERY_MS = 5 * 60_000;
 
 type Limiter = Pick<RateLimiterAbstract, 'consume'>;
-
-/**
- * The one accessor of the token store's pool: the PostgreSQL store's `pool`, or undefined for any
- * other store. Read through the instance (not an import of the store's module), so the rate
- * limits do not depend on where that module lives.
- */
-export function postgresPoolOf(store: Store): pg.Pool | undefined {
-  return store.kind === 'postgres' && 'pool' in store && store.pool instanceof pg.Pool ? store.pool : undefined;
-}
 
 export class PostgresCounters {
   readonly #pool: pg.Pool;

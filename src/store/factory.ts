@@ -8,8 +8,6 @@ import { isAbsolute, resolve } from 'node:path';
 import type { Logger } from '../log.js';
 import type { Store } from './types.js';
 import { EmbeddedStore } from './embedded/index.js';
-import { RedisStore } from './redis/index.js';
-import { PostgresStore } from './postgres/index.js';
 import type { RedisTopology } from '../redis/connect.js';
 
 export { InvalidCursorError } from './codec.js';
@@ -75,15 +73,21 @@ export async function createStore(cfg: StoreConfig, opts: CreateStoreOptions = {
       const path = resolveStorePath(cfg, opts.baseDir);
       return new EmbeddedStore(path, { forMigration: opts.forMigration });
     }
-    case 'redis':
+    // Redis and PostgreSQL load their client (ioredis, pg) here, when the config names them: a
+    // service or command on the embedded store loads neither.
+    case 'redis': {
+      const { RedisStore } = await import('./redis/index.js');
       return RedisStore.connect({
         url: cfg.url, cluster: cfg.cluster, sentinel: cfg.sentinel, username: cfg.username, password: cfg.password, tls: cfg.tls,
         keyPrefix: cfg.key_prefix, waitReplicas: cfg.wait_replicas, waitTimeoutMs: cfg.wait_timeout_ms,
         log: opts.log, commandTimeoutMs: opts.commandTimeoutMs, forMigration: opts.forMigration,
       });
-    case 'postgres':
+    }
+    case 'postgres': {
       // The config loader requires url for postgres and puts TOKENPROXY_STORE_PASSWORD into password.
+      const { PostgresStore } = await import('./postgres/index.js');
       return PostgresStore.connect({ url: cfg.url ?? '', password: cfg.password, poolSize: cfg.pool_size, log: opts.log });
+    }
     default: {
       const kind: never = cfg.kind;
       throw new Error(`unknown store kind ${JSON.stringify(kind)}`);

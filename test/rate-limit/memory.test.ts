@@ -10,8 +10,8 @@ import { sleep } from '../helpers/wait.js';
 import { captureLog, expect429, memoryConfig, onTime, outcome, reloadedWith, replay, tenantWith, type Outcome, type Subject } from './fixtures.js';
 
 const { log } = captureLog();
-const service = () => {
-  const s = RateLimitService.create(memoryConfig(), { log });
+const service = async () => {
+  const s = await RateLimitService.create(memoryConfig(), { log });
   t.teardown(() => s.close());
   return s;
 };
@@ -54,7 +54,7 @@ const SUBJECTS: Record<Exclude<RuleName, 'legacy_portal'>, Omit<Subject, 'tenant
 };
 
 t.test('every rule: N allowed, N+1 gets 429 naming the rule', async (t) => {
-  const limits = service();
+  const limits = await service();
   for (const [rule, s] of Object.entries(SUBJECTS)) {
     const { test = false, ...rest } = s;
     const tenant = tenantWith({ [rule]: { points: 2, duration_seconds: 30 } }, { test });
@@ -68,7 +68,7 @@ t.test('every rule: N allowed, N+1 gets 429 naming the rule', async (t) => {
 });
 
 t.test('legacy_portal is attached to no route', async (t) => {
-  const limits = service();
+  const limits = await service();
   // One point: if the rule applied to any route, that route's second check would be a 429, or at
   // least its decision would name a limit of 1.
   const tenant = tenantWith({ legacy_portal: { points: 1, duration_seconds: 30 } });
@@ -84,7 +84,7 @@ t.test('legacy_portal is attached to no route', async (t) => {
 });
 
 t.test('throttle: 429 until the window admits again', async (t) => {
-  const limits = service();
+  const limits = await service();
   await onTime(t, async () => {
     const tenant = tenantWith({ private_key: { points: 3, duration_seconds: 1 } });
     const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'private' };
@@ -106,7 +106,7 @@ t.test('throttle: 429 until the window admits again', async (t) => {
 });
 
 t.test('block: stays blocked for its duration after the window passed, then recovers', async (t) => {
-  const limits = service();
+  const limits = await service();
   await onTime(t, async () => {
     const tenant = tenantWith({ public_key: { points: 2, duration_seconds: 0.5, block_seconds: 1.5 } });
     const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'public' };
@@ -139,7 +139,7 @@ t.test('block: stays blocked for its duration after the window passed, then reco
 });
 
 t.test('a custom throttle→block and block→throttle change the behaviour', async (t) => {
-  const limits = service();
+  const limits = await service();
   await onTime(t, async () => {
     // The block lasts 30 s: "still blocked" holds however slow the machine is, while the 0.3 s
     // window of both rules has long passed by the time the throttle rule admits again.
@@ -166,7 +166,7 @@ t.test('a custom throttle→block and block→throttle change the behaviour', as
 });
 
 t.test('every matching rule counts; the strictest decides', async (t) => {
-  const limits = service();
+  const limits = await service();
   const tenant = tenantWith({ private_key: { points: 5, duration_seconds: 30 }, creating_tokens: { points: 2, duration_seconds: 10 } });
   const create: Subject = { tenant, route: 'tokenize', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
   const read: Subject = { ...create, route: 'tokens.read' };
@@ -181,7 +181,7 @@ t.test('every matching rule counts; the strictest decides', async (t) => {
 });
 
 t.test('counter scoping', async (t) => {
-  const limits = service();
+  const limits = await service();
   const tenant = tenantWith({
     public_key: { points: 1, duration_seconds: 30 },
     private_key: { points: 1, duration_seconds: 30 },
@@ -214,19 +214,19 @@ t.test('counter scoping', async (t) => {
 });
 
 t.test('a rule without its counter identity does not count', async (t) => {
-  const limits = service();
+  const limits = await service();
   const tenant = tenantWith({ proxy_endpoint: { points: 1, duration_seconds: 30 }, private_key: { points: 1, duration_seconds: 30 } });
   for (let i = 0; i < 3; i++) t.same((await limits.check({ tenant, route: 'proxy', clientIp: '192.0.2.1' })).headers, {});
   for (let i = 0; i < 3; i++) t.same((await limits.check({ tenant, route: 'tokens.read', clientIp: '192.0.2.1', keyKind: 'private' })).headers, {}, 'no key id: private_key does not count');
 });
 
 t.test('health is never limited; disabled is a no-op', async (t) => {
-  const limits = service();
+  const limits = await service();
   const tenant = tenantWith({ private_key: { points: 1, duration_seconds: 30 } });
   for (let i = 0; i < 3; i++) {
     t.same((await limits.check({ tenant, route: 'health', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' })).headers, {});
   }
-  const off = RateLimitService.create(memoryConfig({ enabled: false }), { log });
+  const off = await RateLimitService.create(memoryConfig({ enabled: false }), { log });
   for (let i = 0; i < 3; i++) {
     t.same((await off.check({ tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' })).headers, {});
   }
@@ -234,7 +234,7 @@ t.test('health is never limited; disabled is a no-op', async (t) => {
 });
 
 t.test('counters survive a re-resolved tenant object with the same limits', async (t) => {
-  const limits = service();
+  const limits = await service();
   const tenant = tenantWith({ private_key: { points: 2, duration_seconds: 30 } });
   const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
   await limits.check(s);
@@ -247,7 +247,7 @@ t.test('counters survive a re-resolved tenant object with the same limits', asyn
 });
 
 t.test('higher tier and test tenant defaults', async (t) => {
-  const limits = service();
+  const limits = await service();
   const higher = tenantWith({}, { tier: 'higher' });
   const h = await limits.check({ tenant: higher, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' });
   t.equal(h.headers['RateLimit-Limit'], '2000');

@@ -44,9 +44,9 @@ if (server) {
     const allowLog = captureLog();
     const rejectPool = storeLikePool(t, db.url);
     await rejectPool.query('CREATE SCHEMA tokenproxy');
-    const rejecting = RateLimitService.create(cfg('reject'), { log: rejectLog.log, postgres: rejectPool });
+    const rejecting = await RateLimitService.create(cfg('reject'), { log: rejectLog.log, postgres: rejectPool });
     t.teardown(() => rejecting.close());
-    const allowing = RateLimitService.create(cfg('allow'), { log: allowLog.log, postgres: storeLikePool(t, db.url) });
+    const allowing = await RateLimitService.create(cfg('allow'), { log: allowLog.log, postgres: storeLikePool(t, db.url) });
     t.teardown(() => allowing.close());
     const tenant = tenantWith({ private_key: { points: 3, duration_seconds: 1 } });
     const s = (key: string): Subject => ({ tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: key, keyKind: 'private' });
@@ -123,9 +123,9 @@ if (server) {
     const pool = storeLikePool(t, db.url);
     await pool.query('CREATE SCHEMA tokenproxy');
     const { log } = captureLog();
-    const rejecting = RateLimitService.create(cfg('reject'), { log, postgres: pool });
+    const rejecting = await RateLimitService.create(cfg('reject'), { log, postgres: pool });
     t.teardown(() => rejecting.close());
-    const allowing = RateLimitService.create(cfg('allow'), { log, postgres: storeLikePool(t, db.url) });
+    const allowing = await RateLimitService.create(cfg('allow'), { log, postgres: storeLikePool(t, db.url) });
     t.teardown(() => allowing.close());
     const tenant = tenantWith({ private_key: { points: 100, duration_seconds: 10 } });
     const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
@@ -169,9 +169,9 @@ if (server) {
     const port = typeof addr === 'object' && addr ? addr.port : 0;
     const pool = storeLikePool(t, `postgres://tp@127.0.0.1:${port}/nothing`);
     const { log } = captureLog();
-    const rejecting = RateLimitService.create(cfg('reject'), { log, postgres: pool });
+    const rejecting = await RateLimitService.create(cfg('reject'), { log, postgres: pool });
     t.teardown(() => rejecting.close());
-    const allowing = RateLimitService.create(cfg('allow'), { log, postgres: pool });
+    const allowing = await RateLimitService.create(cfg('allow'), { log, postgres: pool });
     t.teardown(() => allowing.close());
     const s: Subject = { tenant: tenantWith(), route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
     const [e, ms] = await timed(rejection(rejecting.check(s)));

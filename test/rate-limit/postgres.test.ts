@@ -29,8 +29,8 @@ if (server) {
     await pool.query('CREATE SCHEMA tokenproxy');
     return { url: db.url, pool, sql: (text, values) => pool.query(text, values) };
   };
-  const service = (t: Test, pool: pg.Pool, extra: Partial<RateLimitConfig> = {}) => {
-    const s = RateLimitService.create({ ...cfg, ...extra }, { log, postgres: pool });
+  const service = async (t: Test, pool: pg.Pool, extra: Partial<RateLimitConfig> = {}) => {
+    const s = await RateLimitService.create({ ...cfg, ...extra }, { log, postgres: pool });
     t.teardown(() => s.close());
     return s;
   };
@@ -40,8 +40,8 @@ if (server) {
     // Each instance its own pool, as two processes have.
     const other = new pg.Pool({ connectionString: url, max: 10 });
     t.teardown(() => other.end());
-    const a = service(t, pool);
-    const b = service(t, other);
+    const a = await service(t, pool);
+    const b = await service(t, other);
     const tenant = tenantWith({ private_key: { points: 4, duration_seconds: 10 } });
     const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'private' };
     let admitted = 0;
@@ -65,7 +65,7 @@ if (server) {
 
   t.test('ten instances starting at once create the table once, none fails', async (t) => {
     const { pool, sql } = await database(t);
-    const services = Array.from({ length: 10 }, () => service(t, pool));
+    const services = await Promise.all(Array.from({ length: 10 }, () => service(t, pool)));
     const tenant = tenantWith({ private_key: { points: 5, duration_seconds: 10 } });
     const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
     const results = await Promise.allSettled(services.map((x) => x.check(s)));
@@ -81,8 +81,8 @@ if (server) {
   // runs one again with a fresh tenant when a stall on a loaded machine broke that (issue 30).
   t.test('throttle on PostgreSQL: headers, 429, recovery after the window', async (t) => {
     const { pool } = await database(t);
-    const a = service(t, pool);
-    const b = service(t, pool);
+    const a = await service(t, pool);
+    const b = await service(t, pool);
     await onTime(t, async () => {
       const tenant = tenantWith({ creating_tokens: { points: 2, duration_seconds: 1 } });
       const s: Subject = { tenant, route: 'tokenize', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'private' };
@@ -103,8 +103,8 @@ if (server) {
 
   t.test('block on PostgreSQL: blocked on every instance for the block duration, past the window', async (t) => {
     const { pool } = await database(t);
-    const a = service(t, pool);
-    const b = service(t, pool);
+    const a = await service(t, pool);
+    const b = await service(t, pool);
     await onTime(t, async () => {
       const tenant = tenantWith({ public_key: { points: 2, duration_seconds: 1, block_seconds: 2 } });
       const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'public' };
@@ -129,7 +129,7 @@ if (server) {
 
   t.test('fractional windows are kept (whole milliseconds): a 0.3 s window ends after 0.3 s, not 1 s', async (t) => {
     const { pool, sql } = await database(t);
-    const a = service(t, pool);
+    const a = await service(t, pool);
     await onTime(t, async () => {
       const tenant = tenantWith({ private_key: { points: 1, duration_seconds: 0.3 } });
       const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
@@ -157,7 +157,7 @@ if (server) {
 
   t.test('a window finer than a millisecond is rounded up (a bigint column), with a warning', async (t) => {
     const { pool } = await database(t);
-    const a = service(t, pool);
+    const a = await service(t, pool);
     const tenant = tenantWith({ private_key: { points: 100, duration_seconds: 5.0004 } });
     const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
     t.equal((await a.check(s)).headers['RateLimit-Remaining'], '99', 'counted, not a store failure');
@@ -168,8 +168,8 @@ if (server) {
   t.test('rows: prefix, rule, tenant, digest, in rate_limits.table; never a raw key; a long key_prefix works', async (t) => {
     const { pool, sql } = await database(t);
     const longPrefix = `deploy-${'x'.repeat(300)}:`;
-    const a = service(t, pool, { table: 'rl_one', key_prefix: 'tp:rl:' });
-    const b = service(t, pool, { table: 'rl_two', key_prefix: longPrefix });
+    const a = await service(t, pool, { table: 'rl_one', key_prefix: 'tp:rl:' });
+    const b = await service(t, pool, { table: 'rl_two', key_prefix: longPrefix });
     const tenant = tenantWith();
     const subject: Subject = { tenant, route: 'tokenize', clientIp: '192.0.2.7', apiKeyId: 'digest1', keyKind: 'public', legacy: true };
     await a.check(subject);
@@ -208,14 +208,14 @@ if (server) {
 
   t.test('the table is created at start-up (ready()), before any check', async (t) => {
     const { pool, sql } = await database(t);
-    const a = service(t, pool, { table: 'rl_early' });
+    const a = await service(t, pool, { table: 'rl_early' });
     await a.ready();
     const r = await sql(`SELECT relpersistence FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'tokenproxy' AND c.relname = 'rl_early'`);
     t.same(r.rows, [{ relpersistence: 'u' }], 'tokenproxy.rl_early exists, UNLOGGED');
   });
 
   t.test('store: postgres without the token store\'s pool is a start-up error', async (t) => {
-    t.throws(() => RateLimitService.create(cfg, { log }), /rate_limits.store is postgres but the token store is not PostgreSQL/);
+    await t.rejects(RateLimitService.create(cfg, { log }), /rate_limits.store is postgres but the token store is not PostgreSQL/);
   });
 
   t.test('the table cannot be created (no schema): each check is a store failure naming only the SQLSTATE; created once it can be', async (t) => {
@@ -223,7 +223,7 @@ if (server) {
     const pool = new pg.Pool({ connectionString: db.url, max: 4 });
     t.teardown(() => pool.end());
     const capture = captureLog();
-    const a = RateLimitService.create(cfg, { log: capture.log, postgres: pool });
+    const a = await RateLimitService.create(cfg, { log: capture.log, postgres: pool });
     t.teardown(() => a.close());
     const s: Subject = { tenant: tenantWith(), route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
     t.match(await rejection(a.check(s)), { code: 'rate_limit_unavailable', status: 503 });

@@ -40,9 +40,9 @@ if (redis) {
   t.test('killed, then restarted', async (t) => {
     const rejectLog = captureLog();
     const allowLog = captureLog();
-    const rejecting = RateLimitService.create(cfg('reject'), { log: rejectLog.log });
+    const rejecting = await RateLimitService.create(cfg('reject'), { log: rejectLog.log });
     t.teardown(() => rejecting.close());
-    const allowing = RateLimitService.create(cfg('allow'), { log: allowLog.log });
+    const allowing = await RateLimitService.create(cfg('allow'), { log: allowLog.log });
     t.teardown(() => allowing.close());
     const tenant = tenantWith({ private_key: { points: 3, duration_seconds: 1 } });
     const s = (key: string): Subject => ({ tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: key, keyKind: 'private' });
@@ -119,9 +119,9 @@ if (redis) {
 
   t.test('a hung Redis (CLIENT PAUSE) never holds a check past timeout_ms', async (t) => {
     const { log } = captureLog();
-    const rejecting = RateLimitService.create(cfg('reject'), { log });
+    const rejecting = await RateLimitService.create(cfg('reject'), { log });
     t.teardown(() => rejecting.close());
-    const allowing = RateLimitService.create(cfg('allow'), { log });
+    const allowing = await RateLimitService.create(cfg('allow'), { log });
     t.teardown(() => allowing.close());
     const tenant = tenantWith({ private_key: { points: 100, duration_seconds: 10 } });
     const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
@@ -166,9 +166,9 @@ if (redis) {
     const port = typeof addr === 'object' && addr ? addr.port : 0;
     const { log, lines } = captureLog();
     const url = `redis://127.0.0.1:${port}`;
-    const rejecting = RateLimitService.create({ ...cfg('reject'), url }, { log, failureLogIntervalMs: 1000 });
+    const rejecting = await RateLimitService.create({ ...cfg('reject'), url }, { log, failureLogIntervalMs: 1000 });
     t.teardown(() => rejecting.close());
-    const allowing = RateLimitService.create({ ...cfg('allow'), url }, { log });
+    const allowing = await RateLimitService.create({ ...cfg('allow'), url }, { log });
     t.teardown(() => allowing.close());
     const tenant = tenantWith();
     const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };

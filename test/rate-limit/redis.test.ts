@@ -22,15 +22,15 @@ if (redis) {
     timeout_ms: 500,
   };
   const { log, lines } = captureLog();
-  const service = () => {
-    const s = RateLimitService.create(cfg, { log });
+  const service = async () => {
+    const s = await RateLimitService.create(cfg, { log });
     t.teardown(() => s.close());
     return s;
   };
 
   t.test('two instances on one Redis admit exactly N, not 2N', async (t) => {
-    const a = service();
-    const b = service();
+    const a = await service();
+    const b = await service();
     const tenant = tenantWith({ private_key: { points: 4, duration_seconds: 10 } });
     const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'private' };
     let admitted = 0;
@@ -55,8 +55,8 @@ if (redis) {
   // onTime runs one again with a fresh tenant when a stall on a loaded machine broke that, judged
   // by the clock before anything is asserted (issue 30).
   t.test('throttle on Redis: headers, 429, recovery after the window', async (t) => {
-    const a = service();
-    const b = service();
+    const a = await service();
+    const b = await service();
     await onTime(t, async () => {
       const tenant = tenantWith({ creating_tokens: { points: 2, duration_seconds: 1 } });
       const s: Subject = { tenant, route: 'tokenize', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'private' };
@@ -78,8 +78,8 @@ if (redis) {
   });
 
   t.test('block on Redis: blocked on every instance for the block duration, past the window', async (t) => {
-    const a = service();
-    const b = service();
+    const a = await service();
+    const b = await service();
     await onTime(t, async () => {
       const tenant = tenantWith({ public_key: { points: 2, duration_seconds: 1, block_seconds: 2 } });
       const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k1', keyKind: 'public' };
@@ -107,7 +107,7 @@ if (redis) {
   });
 
   t.test('fractional windows are rounded up to whole seconds on Redis', async (t) => {
-    const a = service();
+    const a = await service();
     await onTime(t, async () => {
       const tenant = tenantWith({ private_key: { points: 1, duration_seconds: 0.2 } });
       const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
@@ -128,7 +128,7 @@ if (redis) {
   });
 
   t.test('keys: prefix, rule, tenant, digest; never a raw key', async (t) => {
-    const a = service();
+    const a = await service();
     const tenant = tenantWith();
     await a.check({ tenant, route: 'tokenize', clientIp: '192.0.2.7', apiKeyId: 'digest1', keyKind: 'public', legacy: true });
     const client = new Redis(redis.url);
@@ -150,7 +150,7 @@ if (redis) {
   t.test('a shared client passed in is used and not closed', async (t) => {
     const client = new Redis(redis.url, RATE_LIMIT_REDIS_OPTIONS);
     t.teardown(() => client.quit());
-    const a = RateLimitService.create(cfg, { log, redis: client });
+    const a = await RateLimitService.create(cfg, { log, redis: client });
     const tenant = tenantWith({ private_key: { points: 1, duration_seconds: 10 } });
     const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
     await a.check(s); // waits for the first connection instead of failing
@@ -162,7 +162,7 @@ if (redis) {
   t.test('its own client, ended without close(), connects again', async (t) => {
     // ioredis ends a Sentinel client for good when its failover detector fires during a
     // reconnect (redis-sentinel.test.ts meets it now and then); here the end is forced.
-    const a = service();
+    const a = await service();
     const tenant = tenantWith({ private_key: { points: 100, duration_seconds: 10 } });
     const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
     await a.check(s);
@@ -177,6 +177,6 @@ if (redis) {
   });
 
   t.test('store: redis without url or client is a start-up error', async (t) => {
-    t.throws(() => RateLimitService.create({ ...cfg, url: undefined }, { log }), /rate_limits.url/);
+    await t.rejects(RateLimitService.create({ ...cfg, url: undefined }, { log }), /rate_limits.url/);
   });
 }

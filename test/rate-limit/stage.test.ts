@@ -4,7 +4,7 @@ import { RateLimitService } from '../../src/rate-limit/limiter.js';
 import { createRateLimitStage, type GateContext } from '../../src/rate-limit/stage.js';
 import { captureLog, expect429, memoryConfig, tenantWith } from './fixtures.js';
 
-const limits = RateLimitService.create(memoryConfig(), { log: captureLog().log });
+const limits = await RateLimitService.create(memoryConfig(), { log: captureLog().log });
 t.teardown(() => limits.close());
 const stage = createRateLimitStage(limits);
 

@@ -10,7 +10,7 @@ import { ServiceError } from '../../src/errors.js';
 import { captureLog, memoryConfig, reloadedWith, tenantWith } from './fixtures.js';
 
 const listeners = (): number => process.listenerCount('message');
-const service = RateLimitService.create(memoryConfig(), { log: captureLog().log });
+const service = await RateLimitService.create(memoryConfig(), { log: captureLog().log });
 const subject = (tenant: RateLimitTenant): RateLimitSubject => ({ tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' });
 /** 'ok', or the error code a check threw. */
 const check = (tenant: RateLimitTenant): Promise<string> =>
