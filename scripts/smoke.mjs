@@ -68,7 +68,7 @@ async function waitFor(url, ms, service) {
 const work = mkdtempSync(join(tmpdir(), 'tokenproxy-smoke-'));
 let service;
 try {
-  cpSync(process.cwd(), work, { recursive: true, filter: (src) => !/\/(node_modules|data|dist|\.tap|coverage|\.git)$/.test(src) });
+  cpSync(process.cwd(), work, { recursive: true, filter: (src) => !/\/(node_modules|data|dist|\.tap|\.test-build|coverage|\.git)$/.test(src) });
   symlinkSync(join(process.cwd(), 'node_modules'), join(work, 'node_modules'));
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;

@@ -13,14 +13,20 @@ import { dirname, join } from 'node:path';
 const require = createRequire(import.meta.url);
 const { TapConfig } = await import('@tapjs/config');
 
-/** The plugin signature tap's Test class was built with (the `signature` export of its build). */
+/**
+ * What tap's Test class was built with (its build's `signature` export), plus the import loaders
+ * it baked in: a plugin can change its loader without changing the signature (the list of names).
+ */
 function builtSignature() {
   const testPkg = dirname(require.resolve('@tapjs/test/package.json'));
   const built = readFileSync(join(testPkg, 'test-built/dist/esm/index.js'), 'utf8');
-  return /export const signature = `([^`]*)`/.exec(built)?.[1]?.trim() ?? null;
+  const signature = /export const signature = `([^`]*)`/.exec(built)?.[1]?.trim() ?? null;
+  const loaders = /^export const importLoaders = \[([^\]]*)\]/m.exec(built)?.[1]?.match(/"[^"]*"/g)?.map((l) => JSON.parse(l)) ?? [];
+  return `${signature}\nloaders: ${loaders.join(' ')}`;
 }
 
-const wanted = (await TapConfig.load()).pluginSignature;
+const { importLoader } = await import('tokenproxy-tap-tsx/plugin');
+const wanted = `${(await TapConfig.load()).pluginSignature}\nloaders: ${importLoader}`;
 if (builtSignature() !== wanted) {
   process.stdout.write('tap: building the Test class with this project\'s plugins (once after an install)\n');
   const tap = join(dirname(require.resolve('tap/package.json')), 'dist/esm/run.mjs');

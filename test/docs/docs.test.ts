@@ -75,7 +75,7 @@ t.test('nothing in the repository names a document outside it', async (t) => {
   const files: string[] = [];
   const walk = (dir: string): void => {
     for (const e of readdirSync(dir, { withFileTypes: true })) {
-      if (['node_modules', 'dist', 'data', 'coverage', '.git', '.tap'].includes(e.name)) continue;
+      if (['node_modules', 'dist', '.test-build', 'data', 'coverage', '.git', '.tap'].includes(e.name)) continue;
       const p = join(dir, e.name);
       if (e.isDirectory()) walk(p);
       else if (/\.(ts|mjs|js|md|ya?ml|json)$/.test(e.name) && e.name !== 'package-lock.json') files.push(p);

@@ -102,7 +102,7 @@ t.test('every shell example in README.md and docs/ runs and prints what the doc 
   // up to date in the copy and costs nothing; sources newer than it are built here.
   const work = mkdtempSync(join(tmpdir(), 'tp-docs-'));
   t.teardown(() => rmSync(work, { recursive: true, force: true }));
-  cpSync(process.cwd(), work, { recursive: true, preserveTimestamps: true, filter: (src) => !/\/(node_modules|data|\.tap|coverage|\.git)$/.test(src) });
+  cpSync(process.cwd(), work, { recursive: true, preserveTimestamps: true, filter: (src) => !/\/(node_modules|data|\.tap|\.test-build|coverage|\.git)$/.test(src) });
   symlinkSync(join(process.cwd(), 'node_modules'), join(work, 'node_modules'));
   const build = run(process.execPath, ['scripts/build-if-stale.mjs'], work, env);
   t.equal(await exited(build, 300_000), 0, `the build succeeds ${build.output()}`);

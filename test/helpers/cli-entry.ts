@@ -24,12 +24,16 @@ import t from 'tap';
 import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import type { Readable } from 'node:stream';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildDecision } from '../../scripts/build-if-stale.mjs';
 
-/** The checkout the tests run from (not the working directory: some children run elsewhere). */
-export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+/**
+ * The checkout the tests run from (not the working directory: some children run elsewhere): two
+ * folders up, or three from the compiled copy in .test-build/ (scripts/build-tests.mjs).
+ */
+const UP = fileURLToPath(new URL('../..', import.meta.url));
+export const ROOT = basename(UP) === '.test-build' ? dirname(UP) : UP;
 
 const PROCESSINFO = /@tapjs[\\/]processinfo/;
 

@@ -7,7 +7,8 @@
  */
 import t from 'tap';
 import cluster from 'node:cluster';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { ROOT } from '../helpers/cli-entry.js';
 import { RateLimiterClusterMaster } from 'rate-limiter-flexible';
 
 interface Report {
@@ -19,7 +20,7 @@ interface Report {
 }
 
 new RateLimiterClusterMaster();
-cluster.setupPrimary({ exec: fileURLToPath(new URL('./worker-limiters-fixture.ts', import.meta.url)) });
+cluster.setupPrimary({ exec: join(ROOT, 'test/rate-limit/worker-limiters-fixture.ts') });
 const worker = cluster.fork();
 t.teardown(() => {
   if (!worker.isDead()) worker.kill('SIGKILL');

@@ -6,16 +6,15 @@
 import t from 'tap';
 import { readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { createRequire } from 'node:module';
 import { MAX_CODE_LENGTH } from '../../src/config/load.js';
 import { ReactorRuntime } from '../../src/reactors/runtime.js';
 import { validateReactorOutput } from '../../src/reactors/contract.js';
 import { captureLog, fn, invokeServed, reactor, serviceError } from './helpers.js';
 import { cardPattern, randomCard } from '../helpers/secrets.js';
+import { ROOT } from '../helpers/cli-entry.js';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const repo = resolve(here, '../..');
+const repo = ROOT;
 
 const cap = captureLog();
 const runtime = await ReactorRuntime.start({ log: cap.log });

@@ -9,6 +9,8 @@ import { Sqlite as Database } from '../../src/store/embedded/sqlite.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { ROOT } from '../helpers/cli-entry.js';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -193,7 +195,7 @@ t.test('encoding stays on the caller: a bad date is a TypeError for that call al
 });
 
 t.test('a process that uses the store exits on its own, closed or not (the idle writer holds nothing open)', async (t) => {
-  const storeUrl = new URL('../../src/store/embedded/index.ts', import.meta.url).href;
+  const storeUrl = pathToFileURL(join(ROOT, 'src/store/embedded/index.ts')).href;
   for (const close of [true, false]) {
     const path = dbPath(t);
     // `--import tsx` on purpose: on Node 20 tsx does not load .ts files in worker threads on its own.

@@ -6,6 +6,8 @@ import t from 'tap';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { ROOT } from '../helpers/cli-entry.js';
 import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -90,7 +92,7 @@ t.test('the files hold no plaintext card number or cvc', async (t) => {
 t.test('a resolved insert survives kill -9 of the process that made it', async (t) => {
   const path = join(tempDir(t), 'tokens.db');
   const r = makeRecord();
-  const storeUrl = new URL('../../src/store/embedded/index.ts', import.meta.url).href;
+  const storeUrl = pathToFileURL(join(ROOT, 'src/store/embedded/index.ts')).href;
   const child = spawn(
     process.execPath,
     ['--import', 'tsx', '--input-type=module', '-e', `

@@ -1,4 +1,4 @@
 // A tap plugin: see index.mjs.
-exports.importLoader = 'tsx';
+exports.importLoader = 'tokenproxy-tap-tsx/loader';
 exports.testFileExtensions = ['ts'];
 exports.plugin = () => ({});
