@@ -7,13 +7,16 @@
 // (import.meta.url) finds the same file as from src/ or test/:
 // - each .ts of src/ and test/ becomes a .js at the same path, transpiled alone by TypeScript
 //   (transpileModule with tsconfig.json's options; no type check: `npm run typecheck` does that),
-//   only when its source is newer; its inline source map names the .ts file, and tap runs tests
+//   when its source's modification time is not the one the output was given (newer or older: a
+//   checkout of another revision), or when tsconfig.json, the TypeScript version or the checkout's
+//   place changed (all of them then); its inline source map names the .ts file, and tap runs tests
 //   with --enable-source-maps, so stack traces and failures point at test/ and src/;
 // - every other file of src/ and test/ (fixtures) is a symbolic link to it;
 // - every other entry of the checkout's top level (package.json, public/, scripts/, dist/, …) is
 //   a symbolic link to it;
 // - whatever no longer has a source is removed.
-import { lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
@@ -39,13 +42,27 @@ function mtime(path) {
 }
 
 const started = Date.now();
-const wanted = new Set();
+// What every output depends on besides its own source: when this differs, everything is rebuilt.
+const STAMP = join(OUT, '.stamp.json');
+const stamp = JSON.stringify({
+  root,
+  typescript: JSON.parse(readFileSync(createRequire(import.meta.url).resolve('typescript/package.json'), 'utf8')).version,
+  tsconfig: readFileSync(join(root, 'tsconfig.json'), 'utf8'),
+});
+let stampCurrent = false;
+try {
+  stampCurrent = readFileSync(STAMP, 'utf8') === stamp;
+} catch {
+  // no build yet
+}
+const wanted = new Set([STAMP]);
 const stale = [];
 for (const rel of SOURCES.flatMap(sources)) {
   const src = join(root, rel);
   const out = join(OUT, rel.replace(/\.ts$/, '.js'));
   wanted.add(out);
-  if (mtime(out) < mtime(src)) stale.push({ src, out });
+  // Within a millisecond: the time goes through utimes as a double of seconds.
+  if (!stampCurrent || Math.abs(mtime(out) - mtime(src)) >= 1) stale.push({ src, out });
 }
 if (stale.length > 0) {
   // TypeScript only when something is to be compiled (loading it is most of a no-op run's time).
@@ -60,8 +77,13 @@ if (stale.length > 0) {
     const code = outputText.replace(/\n\/\/# sourceMappingURL=.*\s*$/, '\n');
     mkdirSync(dirname(out), { recursive: true });
     writeFileSync(out, `${code}//# sourceMappingURL=data:application/json;base64,${Buffer.from(JSON.stringify(map)).toString('base64')}\n`);
+    // The output carries its source's time: a different time later means a different source.
+    const { atimeMs, mtimeMs } = statSync(src);
+    utimesSync(out, atimeMs / 1000, mtimeMs / 1000);
   }
 }
+mkdirSync(OUT, { recursive: true });
+if (!stampCurrent) writeFileSync(STAMP, stamp);
 // Links: the other files of src/ and test/, and the checkout's other top-level entries.
 const SKIP_TOP = new Set(['src', 'test', 'node_modules', '.git', '.test-build', '.tap']);
 function others(dir) {
