@@ -21,17 +21,20 @@ import { dirname, join, relative } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-export const OUT = join(root, '.test-build');
+const OUT = join(root, '.test-build');
 const SOURCES = ['src', 'test'];
 
-/** Every .ts file (not .d.ts) under `dir`, relative to the root. */
-function sources(dir) {
+const compiled = (name) => name.endsWith('.ts') && !name.endsWith('.d.ts');
+
+/** Every file under `dir` (node_modules left out), relative to the root. */
+function files(dir) {
   return readdirSync(join(root, dir), { withFileTypes: true }).flatMap((e) => {
     const rel = join(dir, e.name);
-    if (e.isDirectory()) return e.name === 'node_modules' ? [] : sources(rel);
-    return e.name.endsWith('.ts') && !e.name.endsWith('.d.ts') ? [rel] : [];
+    if (e.isDirectory()) return e.name === 'node_modules' ? [] : files(rel);
+    return [rel];
   });
 }
+const all = SOURCES.flatMap(files);
 
 function mtime(path) {
   try {
@@ -57,7 +60,7 @@ try {
 }
 const wanted = new Set([STAMP]);
 const stale = [];
-for (const rel of SOURCES.flatMap(sources)) {
+for (const rel of all.filter((f) => compiled(f))) {
   const src = join(root, rel);
   const out = join(OUT, rel.replace(/\.ts$/, '.js'));
   wanted.add(out);
@@ -86,14 +89,7 @@ mkdirSync(OUT, { recursive: true });
 if (!stampCurrent) writeFileSync(STAMP, stamp);
 // Links: the other files of src/ and test/, and the checkout's other top-level entries.
 const SKIP_TOP = new Set(['src', 'test', 'node_modules', '.git', '.test-build', '.tap']);
-function others(dir) {
-  return readdirSync(join(root, dir), { withFileTypes: true }).flatMap((e) => {
-    const rel = join(dir, e.name);
-    if (e.isDirectory()) return e.name === 'node_modules' ? [] : others(rel);
-    return e.name.endsWith('.ts') && !e.name.endsWith('.d.ts') ? [] : [rel];
-  });
-}
-const links = [...SOURCES.flatMap(others), ...readdirSync(root).filter((name) => !SKIP_TOP.has(name))];
+const links = [...all.filter((f) => !compiled(f)), ...readdirSync(root).filter((name) => !SKIP_TOP.has(name))];
 let linked = 0;
 for (const rel of links) {
   const at = join(OUT, rel);
