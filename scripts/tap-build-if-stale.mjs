@@ -15,18 +15,21 @@ const { TapConfig } = await import('@tapjs/config');
 
 /**
  * What tap's Test class was built with (its build's `signature` export), plus the import loaders
- * it baked in: a plugin can change its loader without changing the signature (the list of names).
+ * and the options of our plugin it baked in: a plugin can change its loader or options without
+ * changing the signature (the list of names).
  */
 function builtSignature() {
   const testPkg = dirname(require.resolve('@tapjs/test/package.json'));
   const built = readFileSync(join(testPkg, 'test-built/dist/esm/index.js'), 'utf8');
   const signature = /export const signature = `([^`]*)`/.exec(built)?.[1]?.trim() ?? null;
   const loaders = /^export const importLoaders = \[([^\]]*)\]/m.exec(built)?.[1]?.match(/"[^"]*"/g)?.map((l) => JSON.parse(l)) ?? [];
-  return `${signature}\nloaders: ${loaders.join(' ')}`;
+  const options = ourOptions.filter((o) => built.includes(`.config[${JSON.stringify(o)}]`));
+  return `${signature}\nloaders: ${loaders.join(' ')}\noptions: ${options.join(' ')}`;
 }
 
-const { importLoader } = await import('tokenproxy-tap-tsx/plugin');
-const wanted = `${(await TapConfig.load()).pluginSignature}\nloaders: ${importLoader}`;
+const { importLoader, config } = await import('tokenproxy-tap-tsx/plugin');
+const ourOptions = Object.keys(config);
+const wanted = `${(await TapConfig.load()).pluginSignature}\nloaders: ${importLoader}\noptions: ${ourOptions.join(' ')}`;
 if (builtSignature() !== wanted) {
   process.stdout.write('tap: building the Test class with this project\'s plugins (once after an install)\n');
   const tap = join(dirname(require.resolve('tap/package.json')), 'dist/esm/run.mjs');

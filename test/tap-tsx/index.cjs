@@ -1,4 +1,15 @@
 // A tap plugin: see index.mjs.
+const { join } = require('node:path');
+
 exports.importLoader = 'tokenproxy-tap-tsx/loader';
 exports.testFileExtensions = ['ts'];
 exports.plugin = () => ({});
+exports.config = {
+  'processinfo-load-hook': {
+    type: 'boolean',
+    default: false,
+    description: `Keep @tapjs/processinfo's module load hook in test processes while coverage is
+                  off. Left out by default (without-processinfo-hook.cjs).`,
+    nodeArgs: (keep) => (keep ? [] : [`--require=${join(__dirname, 'without-processinfo-hook.cjs')}`]),
+  },
+};
