@@ -5,9 +5,10 @@
  *
  * The flags come from tap itself (its config and the Test class `npm test` built). A child started
  * as tap's runner starts a test process (processinfo's import in NODE_OPTIONS and in the flags, then
- * the plugin's flags) imports a module and reports whether processinfo recorded it. With coverage
- * off it is not recorded; with coverage on it is, which also shows that the probe sees a recording
- * when there is one; without the preload it is recorded even with coverage off.
+ * the plugin's flags) imports a module and reports whether processinfo recorded it, and whether its
+ * NODE_OPTIONS (what its children start with) still name processinfo. With coverage off neither;
+ * with coverage on both, which also shows that the probe sees a recording when there is one;
+ * without the preload both even with coverage off.
  */
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
@@ -41,12 +42,14 @@ writeFileSync(
     // starts on its first recording).
     'const recorded = () => globalThis[Symbol.for(\'@tapjs/processinfo.ProcessInfoNodeData\')]?.files.includes(file) ?? false;',
     'while (!recorded() && Date.now() < until) await new Promise((r) => setTimeout(r, 20));',
-    'console.log(JSON.stringify({ recorded: recorded() }));',
+    // What a child of this process would start with.
+    "const inOptions = /[\\\\/]@tapjs[\\\\/]processinfo[\\\\/]/.test(process.env.NODE_OPTIONS ?? '');",
+    'console.log(JSON.stringify({ recorded: recorded(), inOptions }));',
     '',
   ].join('\n'),
 );
 
-function probe(pluginArgs: string[], coverage: '0' | '1', waitMs: number): { recorded: boolean } {
+function probe(pluginArgs: string[], coverage: '0' | '1', waitMs: number): { recorded: boolean; inOptions: boolean } {
   // env(1) sets NODE_OPTIONS after this process's own processinfo spawn hook (under tap) has
   // rewritten it, so the child gets exactly what tap's runner gives a test process.
   const out = execFileSync(
@@ -72,14 +75,14 @@ t.test("tap's config leaves the hook out by default, through a preload", async (
   t.same(args, [`--require=${realpathSync(join(ROOT, 'test/tap-tsx/without-processinfo-hook.cjs'))}`]);
 });
 
-t.test('coverage off: processinfo records no module', async (t) => {
-  t.same(probe(args, '0', 500), { recorded: false });
+t.test('coverage off: processinfo records no module, and children do not start it', async (t) => {
+  t.same(probe(args, '0', 500), { recorded: false, inOptions: false });
 });
 
 t.test('coverage on: the hook stays and records the module', async (t) => {
-  t.same(probe(args, '1', 10_000), { recorded: true });
+  t.same(probe(args, '1', 10_000), { recorded: true, inOptions: true });
 });
 
 t.test('without the preload the hook records the module even with coverage off', async (t) => {
-  t.same(probe([], '0', 10_000), { recorded: true });
+  t.same(probe([], '0', 10_000), { recorded: true, inOptions: true });
 });

@@ -9,9 +9,13 @@
 // 20, 22, and 24 before 24.13.1), which runs a second thread every module load passes through, and
 // with `module.registerHooks` on newer node. A --require runs before any --import, NODE_OPTIONS'
 // too, so this is in place when processinfo registers. The rest of processinfo (the process tree,
-// .tap/processinfo) runs as before. Measured on a 2-core machine, CPU of one test process: node 20,
-// a test of pure functions 1.34 → 0.68 s, a test that opens an embedded store (its writer is a
-// worker thread) 6.2 → 4.1 s; node 24, the pure-function test 1.02 → 0.68 s.
+// .tap/processinfo) runs as before where it starts (node 20); on newer node it starts on its first
+// recording, so not at all. Its import also leaves this process's NODE_OPTIONS, which every child
+// with this environment would otherwise start with: a child given an environment without
+// processinfo's other variables (the reactor host keeps NODE_OPTIONS only) would collect coverage.
+// Measured on a 2-core machine, CPU of one test process: node 20, a test of pure functions
+// 1.34 → 0.68 s, a test that opens an embedded store (its writer is a worker thread) 6.2 → 4.1 s;
+// node 24, the pure-function test 1.02 → 0.68 s.
 'use strict';
 const Module = require('node:module');
 
@@ -19,6 +23,12 @@ const PROCESSINFO = /[\\/]@tapjs[\\/]processinfo[\\/]/;
 const PROCESSINFO_LOADER = /[\\/]@tapjs[\\/]processinfo[\\/].*[\\/]loader\.mjs$/;
 
 if (process.env._TAPJS_PROCESSINFO_COVERAGE_ === '0') {
+  const options = process.env.NODE_OPTIONS;
+  if (options !== undefined && PROCESSINFO.test(options)) {
+    const without = options.replace(/(^|\s)(?:"--(?:import|loader|experimental-loader)=[^"]*[\\/]@tapjs[\\/]processinfo[\\/][^"]*"|--(?:import|loader|experimental-loader)=\S*[\\/]@tapjs[\\/]processinfo[\\/]\S*)/g, '$1').trim();
+    if (without === '') delete process.env.NODE_OPTIONS;
+    else process.env.NODE_OPTIONS = without;
+  }
   if (typeof Module.register === 'function') {
     const register = Module.register;
     Module.register = function registerUnlessProcessinfo(specifier, ...rest) {
