@@ -49,7 +49,9 @@ writeFileSync(
   ].join('\n'),
 );
 
-function probe(pluginArgs: string[], coverage: '0' | '1', waitMs: number): { recorded: boolean; inOptions: boolean } {
+function probe(pluginArgs: string[], coverage: '0' | '1' | undefined, waitMs: number): { recorded: boolean; inOptions: boolean } {
+  const env: NodeJS.ProcessEnv = { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: coverage, _TAPJS_PROCESSINFO_CWD_: dir, _TAPJS_PROCESSINFO_EXCLUDE_: '/^(node|tapmock):/' };
+  if (coverage === undefined) delete env._TAPJS_PROCESSINFO_COVERAGE_;
   // env(1) sets NODE_OPTIONS after this process's own processinfo spawn hook (under tap) has
   // rewritten it, so the child gets exactly what tap's runner gives a test process.
   const out = execFileSync(
@@ -58,7 +60,7 @@ function probe(pluginArgs: string[], coverage: '0' | '1', waitMs: number): { rec
     {
       cwd: dir,
       encoding: 'utf8',
-      env: { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: coverage, _TAPJS_PROCESSINFO_CWD_: dir, _TAPJS_PROCESSINFO_EXCLUDE_: '/^(node|tapmock):/' },
+      env,
     },
   );
   return JSON.parse(out.trim().split('\n').pop() ?? '{}');
@@ -77,6 +79,10 @@ t.test("tap's config leaves the hook out by default, through a preload", async (
 
 t.test('coverage off: processinfo records no module, and children do not start it', async (t) => {
   t.same(probe(args, '0', 500), { recorded: false, inOptions: false });
+});
+
+t.test("a child that lost tap's variables (the reactor host keeps a few by name) takes coverage as off", async (t) => {
+  t.same(probe(args, undefined, 500), { recorded: false, inOptions: false });
 });
 
 t.test('coverage on: the hook stays and records the module', async (t) => {

@@ -22,6 +22,12 @@ const Module = require('node:module');
 const PROCESSINFO = /[\\/]@tapjs[\\/]processinfo[\\/]/;
 const PROCESSINFO_LOADER = /[\\/]@tapjs[\\/]processinfo[\\/].*[\\/]loader\.mjs$/;
 
+// Coverage is off when tap says so ('0'), and in a child whose environment lost tap's variables:
+// this file reaches a child only through the test process's flags (a child started with
+// process.execArgv), and had coverage been on there, processinfo's spawn hook would have put the
+// variables back. The reactor host is such a child (it keeps a few variables by name); taken as
+// on, it collected coverage on node 24 and tap failed the run for it.
+if (process.env._TAPJS_PROCESSINFO_COVERAGE_ === undefined) process.env._TAPJS_PROCESSINFO_COVERAGE_ = '0';
 if (process.env._TAPJS_PROCESSINFO_COVERAGE_ === '0') {
   const options = process.env.NODE_OPTIONS;
   if (options !== undefined && PROCESSINFO.test(options)) {
