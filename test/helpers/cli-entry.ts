@@ -27,6 +27,9 @@ import type { Readable } from 'node:stream';
 import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildDecision } from '../../scripts/build-if-stale.mjs';
+import { PROCESSINFO, splitNodeOptions, withoutProcessinfo, withoutProcessinfoImport } from '../tap-tsx/node-options.cjs';
+
+export { splitNodeOptions, withoutProcessinfo };
 
 /**
  * The checkout the tests run from (not the working directory: some children run elsewhere): two
@@ -35,63 +38,9 @@ import { buildDecision } from '../../scripts/build-if-stale.mjs';
 const UP = fileURLToPath(new URL('../..', import.meta.url));
 export const ROOT = basename(UP) === '.test-build' ? dirname(UP) : UP;
 
-const PROCESSINFO = /@tapjs[\\/]processinfo/;
-
-/** `args` (node flags) without tap's processinfo import, given as `--import=X` or as `--import X`. */
-function withoutProcessinfoImport(args: readonly string[]): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i]!;
-    if (['--import', '--require', '-r', '--loader', '--experimental-loader'].includes(a) && PROCESSINFO.test(args[i + 1] ?? '')) {
-      i++;
-      continue;
-    }
-    if (PROCESSINFO.test(a)) continue;
-    out.push(a);
-  }
-  return out;
-}
-
 /** The test process's node flags for a child to reuse: without debugger flags (the port would clash) nor processinfo. */
 export function loaderArgs(execArgv: readonly string[] = process.execArgv): string[] {
   return withoutProcessinfoImport(execArgv.filter((a) => !a.startsWith('--inspect')));
-}
-
-/** NODE_OPTIONS as node reads it: words split at white space, double quotes group, a backslash in quotes escapes. */
-export function splitNodeOptions(text: string): string[] {
-  const out: string[] = [];
-  let word = '';
-  let inWord = false;
-  let quoted = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i]!;
-    if (quoted) {
-      if (c === '\\' && i + 1 < text.length) word += text[++i];
-      else if (c === '"') quoted = false;
-      else word += c;
-    } else if (c === '"') {
-      quoted = true;
-      inWord = true;
-    } else if (/\s/.test(c)) {
-      if (inWord) out.push(word);
-      word = '';
-      inWord = false;
-    } else {
-      word += c;
-      inWord = true;
-    }
-  }
-  if (inWord) out.push(word);
-  return out;
-}
-
-const quoteNodeOption = (w: string): string => (w === '' || /[\s"\\]/.test(w) ? `"${w.replace(/["\\]/g, '\\$&')}"` : w);
-
-/** NODE_OPTIONS without tap's processinfo import (tap writes it quoted: `"--import=file:///…"`); undefined when nothing else is left. */
-export function withoutProcessinfo(nodeOptions: string | undefined): string | undefined {
-  if (nodeOptions === undefined) return undefined;
-  const rest = withoutProcessinfoImport(splitNodeOptions(nodeOptions));
-  return rest.length === 0 ? undefined : rest.map(quoteNodeOption).join(' ');
 }
 
 /** The child's environment: `env` (the test's own by default) with NODE_OPTIONS cleaned as above. */

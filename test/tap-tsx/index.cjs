@@ -1,4 +1,4 @@
-// A tap plugin: see index.mjs.
+// A tap plugin (what it does: index.mjs). Written here once; index.mjs re-exports it.
 const { join } = require('node:path');
 
 exports.importLoader = 'tokenproxy-tap-tsx/loader';

@@ -18,8 +18,8 @@
 // node 24, the pure-function test 1.02 → 0.68 s.
 'use strict';
 const Module = require('node:module');
+const { PROCESSINFO, withoutProcessinfo } = require('./node-options.cjs');
 
-const PROCESSINFO = /[\\/]@tapjs[\\/]processinfo[\\/]/;
 const PROCESSINFO_LOADER = /[\\/]@tapjs[\\/]processinfo[\\/].*[\\/]loader\.mjs$/;
 
 // Coverage is off when tap says so ('0'), and in a child whose environment lost tap's variables:
@@ -29,12 +29,9 @@ const PROCESSINFO_LOADER = /[\\/]@tapjs[\\/]processinfo[\\/].*[\\/]loader\.mjs$/
 // on, it collected coverage on node 24 and tap failed the run for it.
 if (process.env._TAPJS_PROCESSINFO_COVERAGE_ === undefined) process.env._TAPJS_PROCESSINFO_COVERAGE_ = '0';
 if (process.env._TAPJS_PROCESSINFO_COVERAGE_ === '0') {
-  const options = process.env.NODE_OPTIONS;
-  if (options !== undefined && PROCESSINFO.test(options)) {
-    const without = options.replace(/(^|\s)(?:"--(?:import|loader|experimental-loader)=[^"]*[\\/]@tapjs[\\/]processinfo[\\/][^"]*"|--(?:import|loader|experimental-loader)=\S*[\\/]@tapjs[\\/]processinfo[\\/]\S*)/g, '$1').trim();
-    if (without === '') delete process.env.NODE_OPTIONS;
-    else process.env.NODE_OPTIONS = without;
-  }
+  const options = withoutProcessinfo(process.env.NODE_OPTIONS);
+  if (options === undefined) delete process.env.NODE_OPTIONS;
+  else process.env.NODE_OPTIONS = options;
   if (typeof Module.register === 'function') {
     const register = Module.register;
     Module.register = function registerUnlessProcessinfo(specifier, ...rest) {
