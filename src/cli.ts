@@ -11,10 +11,10 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { sha256 } from './auth/keys.js';
-import { ConfigError, type LoadedConfig } from './config/load.js';
-import { loadModel, type LoadedModel } from './model/compile.js';
+import type { LoadedConfig } from './config/load.js';
+import type { LoadedModel } from './model/compile.js';
 import type { ProcessOutcome } from './pid-file.js';
-import { migrateCommand } from './commands/migrate.js';
+import { MIGRATE_OPTIONS, MIGRATE_SUMMARY, MIGRATE_USAGE } from './commands/migrate-usage.js';
 import type { ProductionCheck, StartupNotice } from './production.js';
 import { STORE_COPY_USAGE } from './commands/store-copy-usage.js';
 
@@ -56,8 +56,14 @@ const CONFIG_HELP = '  -c, --config PATH   the config file (default: $TOKENPROXY
 const MIN_KEY_LENGTH = 16;
 const KEY_TYPES = ['private', 'public', 'management', 'proxy'] as const;
 
-/** The file read and compiled (issue 25: the same compile as start and a reload), or null after writing every problem. */
-function loadCompiled(values: Values, io: Io): LoadedModel | null {
+/**
+ * The file read and compiled (issue 25: the same compile as start and a reload), or null after
+ * writing every problem. The config and model modules (zod, yaml, the templates) are loaded here,
+ * not at the top: `--version`, `--help`, `hash-key`, `gen-key` and `gen-master-key` read no file
+ * and start in a fraction of the time without them.
+ */
+async function loadCompiled(values: Values, io: Io): Promise<LoadedModel | null> {
+  const [{ loadModel }, { ConfigError }] = await Promise.all([import('./model/compile.js'), import('./config/load.js')]);
   try {
     return loadModel({ path: values.config as string | undefined });
   } catch (err) {
@@ -69,8 +75,8 @@ function loadCompiled(values: Values, io: Io): LoadedModel | null {
   }
 }
 
-function loadConfig(values: Values, io: Io): LoadedConfig | null {
-  return loadCompiled(values, io)?.config ?? null;
+async function loadConfig(values: Values, io: Io): Promise<LoadedConfig | null> {
+  return (await loadCompiled(values, io))?.config ?? null;
 }
 
 /**
@@ -196,14 +202,14 @@ async function start({ config, model }: LoadedModel, notices: StartupNotice[]): 
 }
 
 /** The process `tokenproxy reload` signals: --pid, else --pid-file, else the config's server.pid_file. */
-function reloadTarget(values: Values, io: Io): { pid: number; pidFile: string | null } | null {
+async function reloadTarget(values: Values, io: Io): Promise<{ pid: number; pidFile: string | null } | null> {
   let text = values.pid as string | undefined;
   let from = '--pid';
   let pidFile: string | null = null;
   if (text === undefined) {
     let file = values['pid-file'] as string | undefined;
     if (file === undefined) {
-      const config = loadConfig(values, io);
+      const config = await loadConfig(values, io);
       if (!config) return null;
       file = config.server.pid_file;
       if (!file) {
@@ -236,7 +242,7 @@ const DEFAULT_RELOAD_TIMEOUT_S = 30;
  * configuration kept. Exit 0 only when every process applied it.
  */
 async function reloadAndWait(values: Values, io: Io): Promise<number> {
-  const target = reloadTarget(values, io);
+  const target = await reloadTarget(values, io);
   if (target === null) return EXIT_FAILED;
   const timeoutText = (values.timeout as string | undefined) ?? String(DEFAULT_RELOAD_TIMEOUT_S);
   if (!/^[0-9]{1,4}$/.test(timeoutText) || Number(timeoutText) === 0) {
@@ -291,7 +297,7 @@ const commands: Record<string, Command> = {
     usage: `tokenproxy [start] [--config PATH]\n\nStarts the service on the config's host and port (env HOST and PORT override).\n\n${CONFIG_HELP}`,
     options: configOption,
     async run(values, io) {
-      const loaded = loadCompiled(values, io);
+      const loaded = await loadCompiled(values, io);
       if (!loaded) return EXIT_FAILED;
       const { config } = loaded;
       const check = await productionRefused(config, io);
@@ -305,7 +311,7 @@ const commands: Record<string, Command> = {
     usage: `tokenproxy check-config [--config PATH]\n\nValidates the file (schema and cross-references; reactor code is read but compiled only at start)\nand prints a summary, or every problem with its path; in production mode (NODE_ENV=production or\nserver.mode: production) also what production mode refuses. No key is printed.\n\n${CONFIG_HELP}`,
     options: configOption,
     async run(values, io) {
-      const config = loadConfig(values, io);
+      const config = await loadConfig(values, io);
       if (!config || !(await productionRefused(config, io))) return EXIT_FAILED;
       const t = config.tenants;
       const count = (f: (x: (typeof t)[number]) => unknown[]) => t.reduce((n, x) => n + f(x).length, 0);
@@ -361,7 +367,7 @@ const commands: Record<string, Command> = {
         io.err('tokenproxy rotate-data-key: data keys belong to the store and are shared by every tenant; --tenant is not supported (rotate without it)\n');
         return EXIT_USAGE;
       }
-      const config = loadConfig(values, io);
+      const config = await loadConfig(values, io);
       if (!config) return EXIT_FAILED;
       const { rotateDataKey } = await import('./crypto/rotate.js');
       try {
@@ -391,7 +397,7 @@ const commands: Record<string, Command> = {
         io.err('tokenproxy verify-audit: --expect-head must be a head as the service logs it, SEQ:HASH (e.g. 42:<43 base64url characters>)\n');
         return EXIT_USAGE;
       }
-      const config = loadConfig(values, io);
+      const config = await loadConfig(values, io);
       if (!config) return EXIT_FAILED;
       const { verifyTenantAudit } = await import('./audit/verify.js');
       return verifyTenantAudit(config, { tenantId: tenant, expect, allowUnanchored: values['allow-unanchored'] === true }, io);
@@ -408,7 +414,7 @@ const commands: Record<string, Command> = {
         io.err('tokenproxy backup: give the FILE to write, e.g. tokenproxy backup /var/backups/tokenproxy/tokens-$(date +%F).db; see tokenproxy backup --help\n');
         return EXIT_USAGE;
       }
-      const config = loadConfig(values, io);
+      const config = await loadConfig(values, io);
       if (!config) return EXIT_FAILED;
       const { backupStore, BackupRefusedError } = await import('./store/embedded/backup.js');
       const { resolveStorePath } = await import('./store/factory.js');
@@ -439,7 +445,7 @@ const commands: Record<string, Command> = {
         io.err('tokenproxy restore: give the backup FILE to restore; see tokenproxy restore --help\n');
         return EXIT_USAGE;
       }
-      const config = loadConfig(values, io);
+      const config = await loadConfig(values, io);
       if (!config) return EXIT_FAILED;
       const { restoreStore, BackupRefusedError } = await import('./store/embedded/backup.js');
       const { resolveStorePath } = await import('./store/factory.js');
@@ -467,7 +473,15 @@ const commands: Record<string, Command> = {
       }
     },
   },
-  migrate: migrateCommand,
+  migrate: {
+    summary: MIGRATE_SUMMARY,
+    usage: MIGRATE_USAGE,
+    options: MIGRATE_OPTIONS,
+    async run(values, io) {
+      const { runMigrate } = await import('./commands/migrate.js');
+      return runMigrate(values, io);
+    },
+  },
   store: {
     summary: 'copy a vault to another store (tokenproxy store copy --from CONFIG --to CONFIG)',
     usage: STORE_COPY_USAGE,

@@ -10,17 +10,15 @@
  * Exit codes as every command (src/cli.ts): 0 done or nothing to do; 1 failed; 2 usage error.
  */
 import { dirname } from 'node:path';
-import type { ParseArgsConfig } from 'node:util';
 import { ConfigError, type LoadedConfig } from '../config/load.js';
 import type { KeyRing } from '../crypto/keyring.js';
 import { loadModel } from '../model/compile.js';
 import type { FormatMigrator, Store } from '../store/types.js';
+import { DEFAULT_BATCH, formatCount as n, MAX_BATCH } from './migrate-usage.js';
 
 const EXIT_OK = 0;
 const EXIT_FAILED = 1;
 const EXIT_USAGE = 2;
-const DEFAULT_BATCH = 1000;
-const MAX_BATCH = 100_000;
 /** Tokens decrypted per tenant of the config after the conversion (the newest first). */
 const SAMPLE_PER_TENANT = 20;
 
@@ -36,8 +34,6 @@ type Values = Record<string, string | boolean | undefined>;
 /** The data of a token: the AAD the vault seals it under (vault/service.ts dataAad, cvcAad). */
 const dataAad = (tenantId: string, id: string): string => `${tenantId}:${id}`;
 const cvcAad = (tenantId: string, id: string): string => `${tenantId}:${id}:cvc`;
-
-const n = (x: number): string => x.toLocaleString('en-US');
 
 /** A bar redrawn in place on a terminal; otherwise a plain line at every tenth of the way. */
 function progress(io: MigrateIo, pending: number): { update(done: number): void; end(): void } {
@@ -184,31 +180,21 @@ async function verify(config: LoadedConfig, master: Buffer, expected: number, io
   }
 }
 
-const options: NonNullable<ParseArgsConfig['options']> = {
-  config: { type: 'string', short: 'c' },
-  'dry-run': { type: 'boolean', short: 'n' },
-  batch: { type: 'string', short: 'b' },
-};
-
-export const migrateCommand = {
-  summary: "convert the store to this version's format (resumable; stop the service first)",
-  usage: `tokenproxy migrate [--dry-run] [--batch N] [--config PATH]\n\nConverts the store of the config to the format this version of tokenproxy reads (the service\nrefuses to start on an older one and names this command). Stop the service first. The conversion\nruns in steps of N tokens, each committed with its progress, so a run that is interrupted (even\nkilled) goes on from where it stopped when run again. Nothing is decrypted to convert; afterwards\nthe command opens the store as the service does, checks that it holds as many tokens as before\nand decrypts a sample of them, which needs the master key (as for the service). A progress bar\nis drawn on a terminal, plain lines otherwise. A store already in the current format: nothing to\ndo. Back the store up first (tokenproxy backup, for the embedded store).\n\nExit 0: converted and checked, or nothing to do; 1: the conversion or the check failed, the store\nis missing, or the master key is not the store's; 2: usage error.\n\n  -n, --dry-run       say what would be converted, change nothing\n  -b, --batch N       tokens a step (default ${DEFAULT_BATCH}, at most ${n(MAX_BATCH)})\n  -c, --config PATH   the config file (default: $TOKENPROXY_CONFIG, else config/tokenproxy.yaml)`,
-  options,
-  async run(values: Values, io: MigrateIo): Promise<number> {
-    const batchText = (values.batch as string | undefined) ?? String(DEFAULT_BATCH);
-    const batch = /^[1-9][0-9]{0,5}$/.test(batchText) ? Number(batchText) : NaN;
-    if (!(batch <= MAX_BATCH)) {
-      io.err(`tokenproxy migrate: --batch must be a whole number from 1 to ${n(MAX_BATCH)}; see tokenproxy migrate --help\n`);
-      return EXIT_USAGE;
-    }
-    let config: LoadedConfig;
-    try {
-      config = loadModel({ path: values.config as string | undefined }).config;
-    } catch (err) {
-      if (!(err instanceof ConfigError)) throw err;
-      io.err(`tokenproxy: ${err.message}\n`);
-      return EXIT_FAILED;
-    }
-    return migrate(config, { dryRun: values['dry-run'] === true, batch }, io);
-  },
-};
+/** `tokenproxy migrate`, once src/cli.ts has parsed its options (MIGRATE_OPTIONS). */
+export async function runMigrate(values: Values, io: MigrateIo): Promise<number> {
+  const batchText = (values.batch as string | undefined) ?? String(DEFAULT_BATCH);
+  const batch = /^[1-9][0-9]{0,5}$/.test(batchText) ? Number(batchText) : NaN;
+  if (!(batch <= MAX_BATCH)) {
+    io.err(`tokenproxy migrate: --batch must be a whole number from 1 to ${n(MAX_BATCH)}; see tokenproxy migrate --help\n`);
+    return EXIT_USAGE;
+  }
+  let config: LoadedConfig;
+  try {
+    config = loadModel({ path: values.config as string | undefined }).config;
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    io.err(`tokenproxy: ${err.message}\n`);
+    return EXIT_FAILED;
+  }
+  return migrate(config, { dryRun: values['dry-run'] === true, batch }, io);
+}

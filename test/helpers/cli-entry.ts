@@ -24,7 +24,7 @@ import t from 'tap';
 import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import type { Readable } from 'node:stream';
-import { basename, dirname, join } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildDecision } from '../../scripts/build-if-stale.mjs';
 import { PROCESSINFO, splitNodeOptions, withoutProcessinfo, withoutProcessinfoImport } from '../tap-tsx/node-options.cjs';
@@ -33,9 +33,10 @@ export { splitNodeOptions, withoutProcessinfo };
 
 /**
  * The checkout the tests run from (not the working directory: some children run elsewhere): two
- * folders up, or three from the compiled copy in .test-build/ (scripts/build-tests.mjs).
+ * folders up, or three from the compiled copy in .test-build/ (scripts/build-tests.mjs). Without a
+ * trailing slash either way (resolve drops it), as tap's projectRoot is.
  */
-const UP = fileURLToPath(new URL('../..', import.meta.url));
+const UP = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 export const ROOT = basename(UP) === '.test-build' ? dirname(UP) : UP;
 
 /** The test process's node flags for a child to reuse: without debugger flags (the port would clash) nor processinfo. */
