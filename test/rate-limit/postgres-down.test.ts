@@ -12,17 +12,11 @@ import pg from 'pg';
 import { postgresForFile } from '../helpers/postgres.js';
 import { RateLimitService, type RateLimitConfig } from '../../src/rate-limit/limiter.js';
 import { waitFor } from '../helpers/wait.js';
-import { captureLog, expect429, rejection, tenantWith, type Subject } from './fixtures.js';
+import { captureLog, expect429, loggedTimeout, rejection, tenantWith, timed, type Subject } from './fixtures.js';
 
 const TIMEOUT_MS = 200;
 /** timeout_ms plus a generous margin for a loaded machine (as redis-down.test.ts). */
 const ANSWER_BOUND_MS = TIMEOUT_MS + 2_000;
-
-async function timed<T>(p: Promise<T>): Promise<[T | unknown, number]> {
-  const start = Date.now();
-  const r = await p.then((v) => v, (e: unknown) => e);
-  return [r, Date.now() - start];
-}
 
 /** A pool as the token store opens it (bounded connect and query waits). */
 function storeLikePool(t: { teardown(fn: () => unknown): void }, url: string): pg.Pool {
@@ -61,7 +55,7 @@ if (server) {
 
     // reject: 503 rate_limit_unavailable, fast, every time, no crash.
     for (let i = 0; i < 3; i++) {
-      const [e, ms] = await timed(rejection(rejecting.check(s('r'))));
+      const [e, ms] = await timed(() => rejection(rejecting.check(s('r'))));
       t.match(e, { code: 'rate_limit_unavailable', status: 503 }, 'reject mode: 503');
       t.ok(ms < ANSWER_BOUND_MS, `reject mode answered in ${ms} ms`);
     }
@@ -69,7 +63,7 @@ if (server) {
     // allow: served, counted per instance (the insurance limiter), so a flood is still stopped.
     const insured = s('a2');
     for (let i = 0; i < 3; i++) {
-      const [r, ms] = await timed(allowing.check(insured));
+      const [r, ms] = await timed(() => allowing.check(insured));
       t.match(r, { headers: { 'RateLimit-Limit': '3' } }, 'allow mode: admitted');
       t.ok(ms < ANSWER_BOUND_MS, `allow mode answered in ${ms} ms`);
     }
@@ -122,7 +116,7 @@ if (server) {
     const db = await server.database(t);
     const pool = storeLikePool(t, db.url);
     await pool.query('CREATE SCHEMA tokenproxy');
-    const { log } = captureLog();
+    const { log, lines } = captureLog();
     const rejecting = await RateLimitService.create(cfg('reject'), { log, postgres: pool });
     t.teardown(() => rejecting.close());
     const allowing = await RateLimitService.create(cfg('allow'), { log, postgres: storeLikePool(t, db.url) });
@@ -140,12 +134,14 @@ if (server) {
     t.teardown(() => locker.end().catch(() => {}));
     await locker.query('BEGIN');
     await locker.query('LOCK TABLE tokenproxy.rate_limits IN ACCESS EXCLUSIVE MODE');
-    const [e, ms1] = await timed(rejection(rejecting.check(s)));
+    const [e, ms1] = await timed(() => rejection(rejecting.check(s)));
     t.match(e, { code: 'rate_limit_unavailable' });
     t.ok(ms1 >= TIMEOUT_MS - 20 && ms1 < ANSWER_BOUND_MS, `reject mode gave up after ${ms1} ms`);
-    const [r, ms2] = await timed(allowing.check(s));
+    t.ok(loggedTimeout(lines, 'reject'), 'ended by timeout_ms, as logged');
+    const [r, ms2] = await timed(() => allowing.check(s));
     t.match(r, { headers: { 'RateLimit-Limit': '100' } });
     t.ok(ms2 < ANSWER_BOUND_MS, `allow mode admitted after ${ms2} ms`);
+    t.ok(loggedTimeout(lines, 'allow'), 'allow mode: admitted on the instance once timeout_ms passed, as logged');
     await locker.query('COMMIT');
 
     const back = await waitFor(() => rejecting.check(s).then((d) => d, () => undefined), { timeoutMs: 10_000, intervalMs: 100, what: 'a check admitted after the lock was released' });
@@ -168,16 +164,17 @@ if (server) {
     const addr = silent.address();
     const port = typeof addr === 'object' && addr ? addr.port : 0;
     const pool = storeLikePool(t, `postgres://tp@127.0.0.1:${port}/nothing`);
-    const { log } = captureLog();
+    const { log, lines } = captureLog();
     const rejecting = await RateLimitService.create(cfg('reject'), { log, postgres: pool });
     t.teardown(() => rejecting.close());
     const allowing = await RateLimitService.create(cfg('allow'), { log, postgres: pool });
     t.teardown(() => allowing.close());
     const s: Subject = { tenant: tenantWith(), route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
-    const [e, ms] = await timed(rejection(rejecting.check(s)));
+    const [e, ms] = await timed(() => rejection(rejecting.check(s)));
     t.match(e, { code: 'rate_limit_unavailable' });
     t.ok(ms >= TIMEOUT_MS - 20 && ms < ANSWER_BOUND_MS, `gave up after ${ms} ms`);
-    const [r] = await timed(allowing.check(s));
+    t.ok(loggedTimeout(lines, 'reject'), 'ended by timeout_ms, as logged');
+    const [r] = await timed(() => allowing.check(s));
     t.match(r, { headers: { 'RateLimit-Limit': '1000' } }, 'allow mode: admitted on the instance');
   });
 }

@@ -9,7 +9,7 @@ import { createServer, type Socket } from 'node:net';
 import { redisForFile } from '../helpers/redis.js';
 import { RateLimitService, type RateLimitConfig } from '../../src/rate-limit/limiter.js';
 import { waitFor } from '../helpers/wait.js';
-import { captureLog, expect429, rejection, sleep, tenantWith, type Subject } from './fixtures.js';
+import { captureLog, expect429, loggedTimeout, rejection, sleep, tenantWith, timed, type Subject } from './fixtures.js';
 
 const TIMEOUT_MS = 200;
 /**
@@ -19,12 +19,6 @@ const TIMEOUT_MS = 200;
  * down until this test restarts it.
  */
 const ANSWER_BOUND_MS = TIMEOUT_MS + 2_000;
-
-async function timed<T>(p: Promise<T>): Promise<[T | unknown, number]> {
-  const start = Date.now();
-  const r = await p.then((v) => v, (e: unknown) => e);
-  return [r, Date.now() - start];
-}
 
 const redis = await redisForFile(t, { killable: true });
 if (redis) {
@@ -57,7 +51,7 @@ if (redis) {
 
     // reject: 503 rate_limit_unavailable, fast, every time, no crash.
     for (let i = 0; i < 3; i++) {
-      const [e, ms] = await timed(rejection(rejecting.check(s('r'))));
+      const [e, ms] = await timed(() => rejection(rejecting.check(s('r'))));
       t.match(e, { code: 'rate_limit_unavailable', status: 503 }, 'reject mode: 503');
       t.ok(ms < ANSWER_BOUND_MS, `reject mode answered in ${ms} ms`);
     }
@@ -65,7 +59,7 @@ if (redis) {
     // allow: served, counted per instance (the insurance limiter), so a flood is still stopped.
     const insured = s('a2');
     for (let i = 0; i < 3; i++) {
-      const [r, ms] = await timed(allowing.check(insured));
+      const [r, ms] = await timed(() => allowing.check(insured));
       t.match(r, { headers: { 'RateLimit-Limit': '3' } }, 'allow mode: admitted');
       t.ok(ms < ANSWER_BOUND_MS, `allow mode answered in ${ms} ms`);
     }
@@ -118,7 +112,7 @@ if (redis) {
   });
 
   t.test('a hung Redis (CLIENT PAUSE) never holds a check past timeout_ms', async (t) => {
-    const { log } = captureLog();
+    const { log, lines } = captureLog();
     const rejecting = await RateLimitService.create(cfg('reject'), { log });
     t.teardown(() => rejecting.close());
     const allowing = await RateLimitService.create(cfg('allow'), { log });
@@ -136,12 +130,14 @@ if (redis) {
     const cli = (...args: string[]) => spawnSync('redis-cli', ['-p', String(redis.port), ...args], { encoding: 'utf8' }).stdout.trim();
     t.teardown(() => void cli('CLIENT', 'UNPAUSE'));
     t.equal(cli('CLIENT', 'PAUSE', '20000', 'WRITE'), 'OK');
-    const [e, ms1] = await timed(rejection(rejecting.check(s)));
+    const [e, ms1] = await timed(() => rejection(rejecting.check(s)));
     t.match(e, { code: 'rate_limit_unavailable' });
     t.ok(ms1 >= TIMEOUT_MS - 20 && ms1 < ANSWER_BOUND_MS, `reject mode gave up after ${ms1} ms`);
-    const [r, ms2] = await timed(allowing.check(s));
+    t.ok(loggedTimeout(lines, 'reject'), 'ended by timeout_ms, as logged');
+    const [r, ms2] = await timed(() => allowing.check(s));
     t.match(r, { headers: { 'RateLimit-Limit': '100' } });
     t.ok(ms2 < ANSWER_BOUND_MS, `allow mode admitted after ${ms2} ms`);
+    t.ok(loggedTimeout(lines, 'allow'), 'allow mode: admitted on the instance once timeout_ms passed, as logged');
 
     t.equal(cli('CLIENT', 'UNPAUSE'), 'OK');
     // Back once the pause ends: the next check that reaches Redis counts there again (up to 10 s
@@ -172,10 +168,10 @@ if (redis) {
     t.teardown(() => allowing.close());
     const tenant = tenantWith();
     const s: Subject = { tenant, route: 'tokens.read', clientIp: '192.0.2.1', apiKeyId: 'k', keyKind: 'private' };
-    const [e, ms] = await timed(rejection(rejecting.check(s)));
+    const [e, ms] = await timed(() => rejection(rejecting.check(s)));
     t.match(e, { code: 'rate_limit_unavailable' });
     t.ok(ms < ANSWER_BOUND_MS, `gave up after ${ms} ms`);
-    const [r] = await timed(allowing.check(s));
+    const [r] = await timed(() => allowing.check(s));
     t.match(r, { headers: { 'RateLimit-Limit': '1000' } });
 
     // More failures on the rejecting service until one is logged again: those within the 1 s
