@@ -10,6 +10,7 @@ import type { CardData } from './card.js';
 import { checkDataExpression, ExpressionError, MAX_EXPRESSION_LENGTH } from './expressions.js';
 import { TOKEN_TYPE_NAMES, tokenType, type TokenTypeSpec } from './token-types.js';
 import { checkAliasable, isIdExpression, parseAlias, type AliasSpec } from './alias.js';
+import { unstorableText } from './storable-text.js';
 
 /** A name of src/vault/token-types.ts's registry ('token', 'card', 'card_number', …). */
 export type TokenType = string;
@@ -108,6 +109,11 @@ function checkExpression(expr: unknown, path: string, errors: FieldErrors): stri
     add(errors, path, `must be at most ${MAX_EXPRESSION_LENGTH} characters`);
     return null;
   }
+  const unstorable = unstorableText(expr);
+  if (unstorable !== null) {
+    add(errors, path, unstorable);
+    return null;
+  }
   try {
     checkDataExpression(expr);
     return expr;
@@ -126,9 +132,14 @@ export function checkMetadata(v: unknown, path: string, errors: FieldErrors): Re
   if (entries.length > LIMITS.metadataKeys) add(errors, path, `must have at most ${LIMITS.metadataKeys} keys`);
   const out: Record<string, string> = {};
   for (const [k, val] of entries) {
-    if (k.length === 0 || k.length > LIMITS.metadataKeyLength) add(errors, `${path}.${k}`, `keys must have 1 to ${LIMITS.metadataKeyLength} characters`);
+    // A key that cannot be stored is not named in the path either: the error is on the object.
+    const badKey = unstorableText(k);
+    if (badKey !== null) {
+      if (!errors[path]?.includes(`keys ${badKey}`)) add(errors, path, `keys ${badKey}`);
+    } else if (k.length === 0 || k.length > LIMITS.metadataKeyLength) add(errors, `${path}.${k}`, `keys must have 1 to ${LIMITS.metadataKeyLength} characters`);
     else if (typeof val !== 'string') add(errors, `${path}.${k}`, 'must be a string');
     else if (val.length > LIMITS.metadataValueLength) add(errors, `${path}.${k}`, `must be at most ${LIMITS.metadataValueLength} characters`);
+    else if (unstorableText(val) !== null) add(errors, `${path}.${k}`, unstorableText(val)!);
     else setOwn(out, k, val);
   }
   return out;
