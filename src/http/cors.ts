@@ -9,12 +9,15 @@
  *   (its kind and permission). The answer is 204 with the origin echoed (never `*`), the route's
  *   methods that such an application may call, the headers a page sends, and `Vary: Origin`.
  *   Preflights are not rate limited per key (they carry none) and read nothing.
- * - A real request with `Origin` gets `Access-Control-Allow-Origin` from the same rule before
- *   its key is checked (so a page can read a 401 or 429), and then its key decides: a public key
- *   from an origin not on its own application's list is refused with 403 `origin_not_allowed`,
- *   without the header. Another kind of key never gets the header (its answer stays unreadable
- *   to a page; a server that forwards a browser's `Origin` is still served). A request whose
- *   `Origin` is this service's own (the hosted card fields' frame, same host) needs no list.
+ * - A real request with `Origin` is answered with `Vary: Origin`, and its key decides the rest:
+ *   a valid public key whose own application lists the origin gets `Access-Control-Allow-Origin`
+ *   on every answer from there on, its failures included (403 for a permission it lacks, 429, a
+ *   body refused), so its page can read them; a public key from an origin not on its own
+ *   application's list is refused with 403 `origin_not_allowed`, without the header. A missing
+ *   or unknown key (401) and every other kind of key never get the header: otherwise a page could
+ *   try keys and read which ones the service knows (a server that forwards a browser's `Origin`
+ *   is still served). A request whose `Origin` is this service's own (the hosted card fields'
+ *   frame, same host) needs no list.
  */
 import type { IncomingMessage } from 'node:http';
 import { holds } from '../auth/access.js';

@@ -11,7 +11,7 @@ import { randomUUID } from 'node:crypto';
 import { ServiceError } from '../errors.js';
 import { scrubCards, writeAccessLine, type Logger } from '../log.js';
 import type { Context, ProxyRoute, RequestScope, Route } from './context.js';
-import { allowOriginHeaders, crossOrigin, originRefused, preflightHeaders } from './cors.js';
+import { crossOrigin, originRefused, preflightHeaders } from './cors.js';
 import { answerEarly, type LingerOptions } from './linger.js';
 import { sendProblem, sendSocketProblem } from './respond.js';
 import { Router } from './router.js';
@@ -155,11 +155,8 @@ async function handle(opts: PipelineOptions, router: Router<Entry<CompiledRoute>
     ctx.route = route;
     ctx.params = match.params;
     ctx.rest = match.rest;
-    // Before the key is checked, so that a page can read a 401 or a 429 (cors.ts).
-    if (origin !== undefined) {
-      ctx.headers.vary = 'Origin';
-      if (opts.cors?.routeAllows(origin, route)) Object.assign(ctx.headers, allowOriginHeaders(origin));
-    }
+    // The answer depends on the Origin; whether a page may read it, on the key (stages.ts checkOrigin).
+    if (origin !== undefined) ctx.headers.vary = 'Origin';
     await compiled.run(ctx, origin);
   } catch (thrown) {
     const err = asServiceError(thrown);

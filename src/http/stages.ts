@@ -18,7 +18,7 @@ import { ServiceError } from '../errors.js';
 import { JSON_MEDIA_TYPES, isJsonType, parseJson, readJsonBytes, type LargeBodyMode } from './body.js';
 import type { ApiContext, ApiRoute, BodyMode, Context, InboundScope, ProxyContext, ProxyRoute, RequestScope, Route } from './context.js';
 import type { CorsPolicy } from './cors.js';
-import { originRefused } from './cors.js';
+import { allowOriginHeaders, originRefused } from './cors.js';
 import { idempotencyKeyOf, type BodyReader, type Idempotency } from './idempotency.js';
 import { sendJson } from './respond.js';
 import { parseBody, parseInput, queryObject } from './route-schema.js';
@@ -98,8 +98,10 @@ export function compileUpgrade(route: ProxyRoute & Required<Pick<ProxyRoute, 'up
 function apiRun(route: ApiRoute, o: StageOptions, gate: RateLimitGate | undefined, input: Input | undefined, body: BodyReader | undefined): CompiledRoute['run'] {
   const idempotency = route.idempotent ? o.idempotency : undefined;
   return async (ctx, origin) => {
-    authenticateApi(o, ctx, route);
+    identifyApiKey(o, ctx);
+    // Before the key's kind and permission: a page reads its own public key's 403 and 429 (cors.ts).
     if (origin !== undefined) checkOrigin(o, ctx, origin);
+    authorize(ctx, route);
     if (gate) addHeaders(ctx, await gate.check(ctx, route));
     if (input) input(ctx);
     if (route.check) route.check(ctx);
@@ -169,11 +171,22 @@ function bodyStage(route: ApiRoute, o: StageOptions): BodyReader | undefined {
 
 /** SVC-API-KEY, then the route's key kinds and permission. */
 function authenticateApi(o: StageOptions, ctx: RequestScope, route: Pick<Route, 'kinds' | 'permission'>): asserts ctx is RequestScope & ApiContext {
+  identifyApiKey(o, ctx);
+  authorize(ctx, route);
+}
+
+/** SVC-API-KEY: 401 when it is missing or no key of this service. */
+function identifyApiKey(o: StageOptions, ctx: RequestScope): asserts ctx is RequestScope & ApiContext {
   const key = headerValue(ctx.req.headers['svc-api-key']);
   if (!key) throw new ServiceError('missing_api_key', { detail: 'Send the API key in the SVC-API-KEY header' });
   const principal = o.keys.findApiKey(key);
   if (!principal) throw new ServiceError('invalid_api_key');
   ctx.principal = principal;
+}
+
+/** The route's key kinds and permission: 403. */
+function authorize(ctx: ApiContext, route: Pick<Route, 'kinds' | 'permission'>): void {
+  const principal = ctx.principal;
   if (route.kinds && !route.kinds.includes(principal.app.type)) {
     throw new ServiceError('forbidden', { detail: `This route needs a ${route.kinds.join(' or ')} key` });
   }
@@ -184,16 +197,14 @@ function authenticateApi(o: StageOptions, ctx: RequestScope, route: Pick<Route, 
 
 /**
  * After a key was found on a request from another origin: a public key only from its
- * application's allowed_origins (else 403, and no header that lets the page read it); any
- * other kind of key never gets the header (cors.ts).
+ * application's allowed_origins, and then its answers carry the headers that let the page read
+ * them (else 403, without them); any other kind of key never gets them (cors.ts).
  */
 function checkOrigin(o: StageOptions, ctx: ApiContext, origin: string): void {
   const app = ctx.principal.app;
-  const listed = app.type === 'public' && o.cors?.originsOf(app)?.has(origin) === true;
-  if (listed) return;
-  delete ctx.headers['access-control-allow-origin'];
-  delete ctx.headers['access-control-expose-headers'];
-  if (app.type === 'public') throw originRefused();
+  if (app.type !== 'public') return;
+  if (o.cors?.originsOf(app)?.has(origin) !== true) throw originRefused();
+  addHeaders(ctx, allowOriginHeaders(origin));
 }
 
 /**
