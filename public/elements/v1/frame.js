@@ -68,6 +68,28 @@
     return { month: month, year: year };
   }
 
+  /**
+   * The expiry input as shown, `MM / YY`, from whatever was typed, pasted or autofilled: `1230`,
+   * `12/30`, `12 / 30`, `12-30`, `12/2030` (a year 20YY is shown as YY) all read `12 / 30`. The
+   * separator is the frame's own: one the shopper types after the month is not added twice. A
+   * single digit followed by a separator, or a month digit from 2 to 9, gets its leading zero.
+   * `deleting`: the shopper pressed Backspace or Delete, so a separator left alone goes with it
+   * instead of being put back.
+   */
+  function expiryText(raw, deleting) {
+    var digits = raw.replace(/\D/g, '');
+    var month;
+    var rest;
+    if (/^\s*\d\s*[^\d\s]/.test(raw)) { month = '0' + digits.charAt(0); rest = digits.slice(1); }
+    else if (!deleting && digits.length === 1 && digits >= '2') { month = '0' + digits; rest = ''; }
+    else { month = digits.slice(0, 2); rest = digits.slice(2); }
+    var year = rest.slice(0, 4);
+    if (year.length === 4 && year.slice(0, 2) === '20') year = year.slice(2);
+    if (deleting && year === '') return raw === month + ' / ' ? raw : month;
+    if (month.length < 2) return month;
+    return month + ' / ' + year;
+  }
+
   var number = document.getElementById('number');
   var exp = document.getElementById('exp');
   var cvc = document.getElementById('cvc');
@@ -139,11 +161,10 @@
       if (b.lengths.indexOf(digits.length) !== -1 && luhn(digits) && digits.length === Math.max.apply(null, b.lengths)) exp.focus();
       tell({ event: 'change', state: st });
     });
-    exp.addEventListener('input', function () {
-      var raw = exp.value;
-      // `MM / YY` as it is typed; a pasted or autofilled `MM/YYYY` is kept as it came.
-      if (/^\d{3,4}$/.test(raw)) exp.value = raw.slice(0, 2) + ' / ' + raw.slice(2);
-      else if (/^\d\d$/.test(raw) && !raw.endsWith('/')) exp.value = raw + ' / ';
+    exp.addEventListener('input', function (event) {
+      var next = expiryText(exp.value, typeof event.inputType === 'string' && event.inputType.indexOf('delete') === 0);
+      // Set only when it changes: setting the value moves the caret to its end.
+      if (next !== exp.value) exp.value = next;
       changed();
     });
     cvc.addEventListener('input', function () {
