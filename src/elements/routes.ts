@@ -1,5 +1,5 @@
 /**
- * Hosted card fields (issue 27): the static files of `/elements/v1/` (public/elements/v1/ in the
+ * Hosted card fields: the static files of `/elements/v1/` (public/elements/v1/ in the
  * package) and the frame documents. A frame is served on tokenproxy's origin for a public key
  * whose application lists the parent page's origin, with a Content-Security-Policy whose
  * `frame-ancestors` are exactly that application's origins: a page on any other origin cannot
@@ -13,6 +13,7 @@ import { ServiceError } from '../errors.js';
 import type { Context, Route } from '../http/context.js';
 import type { CorsPolicy } from '../http/cors.js';
 import { problem } from '../api/schemas.js';
+import { TOKEN_TYPE_SPECS } from '../vault/token-types.js';
 
 const ASSETS = new URL('../../public/elements/v1/', import.meta.url);
 
@@ -66,11 +67,20 @@ const TEXT_FORM = `<form id="f" autocomplete="off" novalidate>
 <input id="value" name="value" autocomplete="off" aria-label="Secure field" spellcheck="false">
 </form>`;
 
+const escapeAttribute = (s: string) => s.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/</g, '&lt;');
+
+/**
+ * Each token type's default fingerprint expression, for the frame: the one fingerprint_expression
+ * a page may send with a hosted field's value (any other computes on the value). From the type
+ * registry, so the frame never holds a stale copy.
+ */
+const FINGERPRINTS = escapeAttribute(JSON.stringify(Object.fromEntries(TOKEN_TYPE_SPECS.map((s) => [s.name, s.fingerprint]))));
+
 function frameDocument(kind: 'card' | 'text'): string {
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>${kind === 'card' ? 'Card details' : 'Secure field'}</title><link rel="stylesheet" href="/elements/v1/frame.css"></head>
-<body data-kind="${kind}">
+<body data-kind="${kind}" data-fingerprints="${FINGERPRINTS}">
 ${kind === 'card' ? CARD_FORM : TEXT_FORM}
 <script src="/elements/v1/frame.js"></script>
 </body></html>

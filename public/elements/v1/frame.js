@@ -206,6 +206,7 @@
     return new Promise(function (resolve, reject) {
       var values = {};
       var left = ids.filter(function (x, i) { return ids.indexOf(x) === i; });
+      if (left.length === 0) { resolve(values); return; }
       function take(m) {
         if (!m || m.type !== 'value' || m.request !== request || left.indexOf(m.id) === -1) return;
         values[m.id] = m;
@@ -230,8 +231,85 @@
   }
 
   function isRef(v) { return v && typeof v === 'object' && !Array.isArray(v) && typeof v.$tokenproxy_element === 'string' && Object.keys(v).length === 1; }
+  // As the service's walk tells a definition (src/vault/walk.ts): an object with `type` and `data`.
+  function isDefinition(v) { return v && typeof v === 'object' && !Array.isArray(v) && 'type' in v && 'data' in v; }
+  function at(path, field) { return path ? path + '.' + field : field; }
+  function setOwn(obj, key, value) { Object.defineProperty(obj, key, { value: value, enumerable: true, writable: true, configurable: true }); }
+  function addError(errors, path, message) {
+    if (Object.prototype.hasOwnProperty.call(errors, path)) errors[path].push(message);
+    else setOwn(errors, path, [message]);
+  }
 
-  /** The body with each reference replaced by its field's value. */
+  // --- what a page may choose -------------------------------------------------------------
+  // The page chooses the body, but a template in it (a mask, a search index, a fingerprint or an
+  // alias id computed from the value) would tell the page something of what was typed: through
+  // the id it is answered, or through whether rendering it fails. So a definition holding a
+  // field may carry only named options; the service refuses the same for every public key.
+  var OPTIONS = ['type', 'data', 'containers', 'metadata', 'expires_at', 'deduplicate_token', 'id', 'fingerprint_expression', 'search_indexes', 'mask'];
+  var NAMED_ALIAS = /^\{\{\s*data(?:\.number)?\s*\|\s*(?:alias_card|alias_preserve_format|alias_preserve_length)\s*\}\}$/;
+  var FINGERPRINTS = {};
+  try { FINGERPRINTS = JSON.parse(document.body.getAttribute('data-fingerprints') || '{}'); } catch (e) { /* none: only no fingerprint_expression passes */ }
+  var NOT_ALLOWED = {
+    type: 'urn:tokenproxy:problem:expression_not_allowed',
+    title: 'This key may not send expressions over these values',
+    status: 403,
+    code: 'expression_not_allowed',
+    detail: 'A hosted field forwards only the options a page may choose (type, containers, metadata, expires_at, deduplicate_token, a plain id or an alias without a window, the type\'s own fingerprint expression); nothing was sent',
+  };
+
+  /** Records the templates a definition carries (what the service's named policy refuses). */
+  function templates(def, path, errors) {
+    if (def.mask !== undefined) addError(errors, at(path, 'mask'), 'a mask expression runs over the value: a page may not send one');
+    if (def.search_indexes !== undefined && !(Array.isArray(def.search_indexes) && def.search_indexes.length === 0)) {
+      addError(errors, at(path, 'search_indexes'), 'search index expressions run over the value: a page may not send them');
+    }
+    if (def.fingerprint_expression !== undefined) {
+      var own = typeof def.type === 'string' && Object.prototype.hasOwnProperty.call(FINGERPRINTS, def.type) ? FINGERPRINTS[def.type] : null;
+      if (own === null || def.fingerprint_expression !== own) addError(errors, at(path, 'fingerprint_expression'), "only the type's own fingerprint expression may be sent");
+    }
+    if (typeof def.id === 'string' && (def.id.indexOf('{{') !== -1 || def.id.indexOf('}}') !== -1) && !NAMED_ALIAS.test(def.id)) {
+      addError(errors, at(path, 'id'), 'only an alias without a window ({{ data | alias_card }}, {{ data.number | alias_card }}, {{ data | alias_preserve_format }}, {{ data | alias_preserve_length }}) may be asked');
+    }
+  }
+
+  /** Every field reference under `v` is refused: there a template, an id or metadata would hold the value. */
+  function refuseRefsIn(v, path, errors) {
+    if (isRef(v)) addError(errors, path, 'a field may only be the data of a definition, or a value of the body by itself');
+    else if (Array.isArray(v)) v.forEach(function (x, i) { refuseRefsIn(x, path + '[' + i + ']', errors); });
+    else if (v && typeof v === 'object') Object.keys(v).forEach(function (k) { refuseRefsIn(v[k], at(path, k), errors); });
+  }
+
+  /**
+   * Reads the body's shape (never a value): the fields it uses, the definitions that hold one
+   * (with the type they ask for), and what is refused, by JSON path as the service names them.
+   */
+  function planBody(body) {
+    var plan = { ids: [], fields: [], errors: Object.create(null) };
+    function use(id) { if (plan.ids.indexOf(id) === -1) plan.ids.push(id); }
+    function visit(v, path) {
+      if (isRef(v)) use(v.$tokenproxy_element);
+      else if (Array.isArray(v)) v.forEach(function (x, i) { visit(x, path + '[' + i + ']'); });
+      else if (isDefinition(v)) {
+        var holds = isRef(v.data);
+        Object.keys(v).forEach(function (k) { if (!(k === 'data' && holds)) refuseRefsIn(v[k], at(path, k), plan.errors); });
+        templates(v, path, plan.errors);
+        if (holds) {
+          Object.keys(v).forEach(function (k) {
+            if (OPTIONS.indexOf(k) === -1) addError(plan.errors, at(path, k), 'not an option of a definition: a page may not send it with a hosted field');
+          });
+          use(v.data.$tokenproxy_element);
+          plan.fields.push({ path: path, id: v.data.$tokenproxy_element, type: v.type });
+        }
+      } else if (v && typeof v === 'object') Object.keys(v).forEach(function (k) { visit(v[k], at(path, k)); });
+    }
+    visit(body, '');
+    return plan;
+  }
+
+  /** A field's own token type: a card field's is card, a text field's the type it was made with. */
+  function ownType(f) { return f.kind === 'card' ? 'card' : f.valueType; }
+
+  /** The body with each reference replaced by its field's value (the body passed planBody). */
   function resolve(v, values) {
     if (isRef(v)) {
       var f = values[v.$tokenproxy_element];
@@ -242,18 +320,42 @@
     if (Array.isArray(v)) return v.map(function (x) { return resolve(x, values); });
     if (v && typeof v === 'object') {
       var out = {};
-      for (var k in v) {
-        if (!Object.prototype.hasOwnProperty.call(v, k)) continue;
-        // `{ type, data: field }`: the field's value itself is the data.
-        out[k] = k === 'data' && isRef(v[k]) ? values[v[k].$tokenproxy_element].value : resolve(v[k], values);
-      }
+      var holds = isDefinition(v) && isRef(v.data);
+      Object.keys(v).forEach(function (k) {
+        // `{ type, data: field }`: the field's value itself is the data; nothing else of a definition holds a field.
+        setOwn(out, k, holds && k === 'data' ? values[v.data.$tokenproxy_element].value : isDefinition(v) ? v[k] : resolve(v[k], values));
+      });
       return out;
     }
     return v;
   }
 
+  function refuse(request, errors) {
+    var body = {};
+    for (var k in NOT_ALLOWED) body[k] = NOT_ALLOWED[k];
+    body.errors = errors;
+    tell({ event: 'tokenized', request: request, ok: false, status: 403, body: body });
+  }
+
   function tokenize(m) {
-    collect(m.elements, m.request).then(function (values) {
+    var body;
+    var plan;
+    try {
+      // Exactly what would be sent (JSON), so what is checked is what goes out.
+      body = JSON.parse(JSON.stringify(m.body === undefined ? null : m.body));
+      plan = planBody(body);
+    } catch (err) {
+      tell({ event: 'tokenized', request: m.request, ok: false, status: 0, body: { code: 'frame_error', detail: 'The body is not JSON' } });
+      return;
+    }
+    // Refused on its shape alone, before any field is asked for its value.
+    if (Object.keys(plan.errors).length > 0) return refuse(m.request, plan.errors);
+    collect(plan.ids, m.request).then(function (values) {
+      var errors = Object.create(null);
+      plan.fields.forEach(function (d) {
+        if (d.type !== ownType(values[d.id])) addError(errors, at(d.path, 'type'), "a field is tokenized as its own type (the one it was created with)");
+      });
+      if (Object.keys(errors).length > 0) return refuse(m.request, errors);
       for (var k in values) {
         if (values[k].value === null) {
           tell({ event: 'tokenized', request: m.request, ok: false, status: 0, body: { code: 'incomplete', detail: 'A field is empty or not complete' } });
@@ -263,14 +365,14 @@
       return fetch('/tokenize', {
         method: 'POST',
         headers: { 'content-type': 'application/json', 'svc-api-key': apiKey },
-        body: JSON.stringify(resolve(m.body, values)),
+        body: JSON.stringify(resolve(body, values)),
         credentials: 'omit',
         cache: 'no-store',
       }).then(function (res) {
         return res.text().then(function (t) {
-          var body;
-          try { body = JSON.parse(t); } catch (e) { body = { detail: 'tokenproxy answered ' + res.status }; }
-          tell({ event: 'tokenized', request: m.request, ok: res.ok, status: res.status, body: body });
+          var answer;
+          try { answer = JSON.parse(t); } catch (e) { answer = { detail: 'tokenproxy answered ' + res.status }; }
+          tell({ event: 'tokenized', request: m.request, ok: res.ok, status: res.status, body: answer });
         });
       });
     }).catch(function (err) {
