@@ -122,7 +122,9 @@ export async function runCall(runtime: ReactorRuntime, tokens: TokenService, ctx
   const out = result ?? {};
   // Issue 31: what the reactor tokenizes counts on the caller's creating rules, as /tokenize.
   if (out.tokenize !== undefined) await countReactorTokenize(ctx);
-  const tokensOut = out.tokenize === undefined ? null : await tokens.tokenize(ctx.principal, out.tokenize);
+  // Detokenized args may have put plaintext the caller may not read into what the reactor
+  // tokenizes: then only the types' defaults and named options run over it (access.templatePolicy).
+  const tokensOut = out.tokenize === undefined ? null : await tokens.tokenize(ctx.principal, out.tokenize, call.detokenized ? 'derived' : 'clear');
   return { raw: out.raw ?? null, tokens: tokensOut };
 }
 

@@ -173,3 +173,28 @@ export const LENGTH_ONLY_FILTERS: ReadonlySet<string> = new Set([
 export function computeFilters(app: Application, container: string): 'all' | ReadonlySet<string> {
   return grant(app, 'token:read', container) === 'reveal' ? 'all' : LENGTH_ONLY_FILTERS;
 }
+
+/**
+ * Where the values of a tokenize come from: `clear`, the caller sent them in the request body;
+ * `derived`, they may hold plaintext the caller did not send (a reactor's tokenize after its args
+ * were detokenized).
+ */
+export type ValueOrigin = 'clear' | 'derived';
+
+/**
+ * Whose templates may run over the values: `caller`, any expression the definitions carry;
+ * `named`, the type's defaults and named options only (vault/templates.ts).
+ */
+export type TemplatePolicy = 'caller' | 'named';
+
+/**
+ * A caller's template (id, fingerprint, mask, search index) computes on a value, and what it
+ * yields (an id, a failure, a match) reaches the caller: it may run only over a value the caller
+ * sent in the clear. A public key is a browser's, and its values may come from a hosted field the
+ * page cannot read (the page chooses the body around them), so it gets `named` whatever it sends;
+ * derived values (detokenized into a reactor's args) get `named` whatever the key.
+ */
+export function templatePolicy(app: Application, origin: ValueOrigin): TemplatePolicy {
+  if (origin === 'derived' || app.type === 'public') return 'named';
+  return 'caller';
+}

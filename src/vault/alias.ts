@@ -1,5 +1,5 @@
 /**
- * Alias ids (issue 26): a token's `id` given as an expression over its data, drawn at random when
+ * Alias ids: a token's `id` given as an expression over its data, drawn at random when
  * the token is created, so a legacy system gets a value of the shape it expects.
  *
  * - `{{ data | alias_card }}` (a `card_number`) or `{{ data.number | alias_card }}` (a `card`): a
@@ -12,10 +12,17 @@
  *
  * An id is visible to every key that may list tokens, so the id expression is parsed strictly:
  * exactly one of these forms, nothing else (no `{{ data }}`, no `slice`), and the characters an
- * alias keeps are bounded: at most 10 revealed, and at least 4 letters or digits drawn.
+ * alias keeps are bounded: at most the type's disclosure budget (a card's first 6 and last 4, an
+ * SSN's last 4; src/vault/token-types.ts), never more than 10, and at least 4 letters or digits
+ * drawn.
+ *
+ * The forms without a window (`alias_card`, `alias_preserve_format`, `alias_preserve_length`) are
+ * named options: a caller that may not compute on the value (a public key, a reactor's tokenize
+ * of detokenized values) may still ask for them (auth/access.ts templatePolicy).
  */
 import { randomInt } from 'node:crypto';
 import { luhnValid } from '../luhn.js';
+import { tokenType } from './token-types.js';
 
 export type AliasFilter = 'alias_card' | 'alias_preserve_format' | 'alias_preserve_length';
 
@@ -33,6 +40,12 @@ export const MAX_REVEALED = 10;
 export const MIN_DRAWN = 4;
 
 const FORM = /^\{\{\s*(data(?:\.number)?)\s*\|\s*(alias_card|alias_preserve_format|alias_preserve_length)\s*(?::\s*(\d{1,3})\s*,\s*(\d{1,3})\s*)?\}\}$/;
+
+/** Whether `expr` is exactly one of the alias forms without a window: a named option. */
+export function isNamedAlias(expr: string): boolean {
+  const m = FORM.exec(expr);
+  return m !== null && m[3] === undefined;
+}
 
 /** Whether an `id` is an expression (and so must be an alias expression). */
 export function isIdExpression(id: string): boolean {
@@ -55,6 +68,12 @@ export function parseAlias(expr: string, type: string): AliasSpec | string {
   const revealFirst = filter === 'alias_card' ? 6 : Number(m[3] ?? 0);
   const revealLast = filter === 'alias_card' ? 4 : Number(m[4] ?? 0);
   if (revealFirst + revealLast > MAX_REVEALED) return `an alias may keep at most ${MAX_REVEALED} characters of the value`;
+  const budget = tokenType(type)?.budget;
+  if (budget?.kind === 'digits' && (revealFirst > budget.first || revealLast > budget.last)) {
+    return budget.first === 0
+      ? `an alias of a ${type} may keep at most its last ${budget.last} characters (its disclosure budget)`
+      : `an alias of a ${type} may keep at most its first ${budget.first} and last ${budget.last} characters (its disclosure budget)`;
+  }
   return { filter, source, revealFirst, revealLast };
 }
 

@@ -68,7 +68,9 @@ export function readRecord(t: StoredToken, transform: Transform, plaintext: Toke
       if (masked !== undefined) r.data = masked;
     } else {
       try {
-        r.data = renderExpression(t.mask, plaintext);
+        // Over the budget's view: a mask of a card number can show its first 6 and last 4
+        // digits at most, whatever the expression (src/vault/token-types.ts).
+        r.data = renderExpression(t.mask, storedType(t.type).view(plaintext));
       } catch (err) {
         if (!(err instanceof ExpressionError)) throw err;
         log?.warn({ token_id: t.id, reason: err.message }, 'token mask could not be rendered; the token is shown without data');

@@ -19,6 +19,7 @@ import type { CardData } from './card.js';
 import { addFieldError, at, TOKEN_TYPES, type Definition, type TokenData } from './definition.js';
 import { drawAlias, type AliasSpec } from './alias.js';
 import { ExpressionError, renderExpression } from './expressions.js';
+import { storedType } from './token-types.js';
 import { createdRecord, needsPlaintext, readRecord, type TokenRecord } from './records.js';
 import { parseQuery } from './search.js';
 import { assemble, planTokenize } from './walk.js';
@@ -118,9 +119,15 @@ export class TokenService {
     this.now = opts.now ?? Date.now;
   }
 
-  /** POST /tokenize: any body in, the same shape out (spec "Endpoints"). */
-  async tokenize(p: Principal, body: unknown): Promise<unknown> {
-    const plan = planTokenize(body, { maxDepth: this.opts.maxDepth, maxTokens: p.tenant.max_tokens_per_request, now: this.now() });
+  /**
+   * POST /tokenize: any body in, the same shape out (spec "Endpoints"). `origin` says whether the
+   * caller sent the values in the clear; it decides which templates may run over them
+   * (auth/access.ts templatePolicy).
+   */
+  async tokenize(p: Principal, body: unknown, origin: access.ValueOrigin = 'clear'): Promise<unknown> {
+    const plan = planTokenize(body, {
+      maxDepth: this.opts.maxDepth, maxTokens: p.tenant.max_tokens_per_request, now: this.now(), templates: access.templatePolicy(p.app, origin),
+    });
     const prepared = await this.createAll(p, plan.definitions);
     const style = plan.single ? 'mask' : 'data';
     const results = prepared.map(({ def, record, deduplicatedFrom }) => {
@@ -147,7 +154,7 @@ export class TokenService {
         errors: Object.fromEntries(missing.map((k) => [k, ['required']])),
       });
     }
-    const plan = planTokenize(body, { maxDepth: this.opts.maxDepth, maxTokens: 1, now: this.now() });
+    const plan = planTokenize(body, { maxDepth: this.opts.maxDepth, maxTokens: 1, now: this.now(), templates: access.templatePolicy(p.app, 'clear') });
     const [one] = await this.createAll(p, plan.definitions);
     const { def, record, deduplicatedFrom } = one!;
     const stored = deduplicatedFrom ?? record;
@@ -262,7 +269,8 @@ export class TokenService {
     });
     if (def.mask !== null) {
       const expr = def.mask;
-      attempt('mask', () => void renderExpression(expr, def.data));
+      // Rendered over the budget's view, as every read renders it (vault/records.ts).
+      attempt('mask', () => void renderExpression(expr, storedType(def.type).view(def.data)));
     }
     if (!ok) return null;
     let plain: TokenData = def.data;
@@ -306,6 +314,11 @@ export class TokenService {
     access.requireGrant(p.app, 'token:update', t.container);
     const current = await this.plaintext(t);
     const next = applyPatch(t, current, patch, this.now());
+    if (next.changedExpressions.length > 0 && access.templatePolicy(p.app, 'clear') === 'named') {
+      throw new ServiceError('expression_not_allowed', {
+        detail: `This key may not set ${next.changedExpressions.join(', ')}: its values may come from a hosted field; the token is unchanged`,
+      });
+    }
     access.requireExpressionWrite(p.app, t.container, next.changedExpressions, next.suppliesData);
     const errors: FieldErrors = {};
     const record = this.buildRecord(p, next.def, t.id, t.created_at, this.now(), errors);

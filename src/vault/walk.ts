@@ -11,13 +11,21 @@
  * large to walk on the event loop comes as a PreplannedBody (src/http/large-json.ts): walked in a
  * worker thread, it carries the walk's summary, and the answer is built there too.
  */
+import type { TemplatePolicy } from '../auth/access.js';
 import { ServiceError, type FieldErrors } from '../errors.js';
 import { isDefinitionShape, parseDefinition, plainStringDefinition, type Definition } from './definition.js';
+import { callerTemplates } from './templates.js';
 
 export interface PlanOptions {
   maxDepth: number;
   maxTokens: number;
   now: number;
+  /**
+   * 'named': the caller may not compute on the values (auth/access.ts templatePolicy), so a
+   * definition that carries a template of its own is refused (403 expression_not_allowed) before
+   * any value is validated. Default 'caller'.
+   */
+  templates?: TemplatePolicy;
 }
 
 export interface Plan {
@@ -38,6 +46,8 @@ export interface WalkSummary {
   leaves: number;
   definitions: Definition[];
   errors: FieldErrors;
+  /** The definitions' fields that are caller templates (vault/templates.ts), by path. */
+  templates: FieldErrors;
   single: boolean;
   /** `too_many`: more than `cap` leaves; `too_deep`: a node deeper than maxDepth. */
   stop: 'too_many' | 'too_deep' | null;
@@ -66,6 +76,7 @@ export function summarizeTokenize(body: unknown, opts: { maxDepth: number; cap: 
   const definitions: Definition[] = [];
   // No prototype: a field named "constructor" or "__proto__" is a key like any other here.
   const errors: FieldErrors = Object.create(null) as FieldErrors;
+  const templates: FieldErrors = Object.create(null) as FieldErrors;
   const stack: Segment[] = [];
   let leaves = 0;
   let stop: WalkSummary['stop'] = null;
@@ -101,7 +112,9 @@ export function summarizeTokenize(body: unknown, opts: { maxDepth: number; cap: 
         stop = 'too_many';
         return false;
       }
-      const def = parseDefinition(node, pathOf(stack), errors, opts.now);
+      const path = pathOf(stack);
+      callerTemplates(node, path, templates);
+      const def = parseDefinition(node, path, errors, opts.now);
       if (def) definitions.push(def);
     } else {
       const keys = Object.keys(node);
@@ -119,7 +132,7 @@ export function summarizeTokenize(body: unknown, opts: { maxDepth: number; cap: 
     return true;
   };
   visit(body, 1);
-  return { leaves, definitions, errors: boundErrors(errors), single: isDefinitionShape(body), stop };
+  return { leaves, definitions, errors: boundErrors(errors), templates: boundErrors(templates), single: isDefinitionShape(body), stop };
 }
 
 function boundErrors(errors: FieldErrors): FieldErrors {
@@ -141,6 +154,14 @@ export function planFromSummary(s: WalkSummary, opts: PlanOptions): Plan {
   if (s.leaves > opts.maxTokens || s.stop === 'too_many') throw tooMany(opts.maxTokens);
   if (s.stop === 'too_deep') {
     throw new ServiceError('nesting_too_deep', { detail: `The body may be nested at most ${opts.maxDepth} levels deep` });
+  }
+  // Before validation: whether the values are valid must not decide the answer of a caller that
+  // may not compute on them.
+  if (opts.templates === 'named' && Object.keys(s.templates).length > 0) {
+    throw new ServiceError('expression_not_allowed', {
+      detail: 'This key may not send expressions over values it did not send in the clear: use the type\'s defaults and named aliases; no token was created',
+      errors: s.templates,
+    });
   }
   if (Object.keys(s.errors).length > 0) {
     throw new ServiceError('validation_failed', { detail: 'One or more token definitions are invalid; no token was created', errors: s.errors });

@@ -119,9 +119,15 @@ for (const kind of await storeKinds(t)) {
       t.notOk('_extras' in guess.body[0], 'and is not told it matched');
       t.notOk('fingerprint' in guess.body[0], 'nor shown a fingerprint it could compare');
 
+      // A public key sends no template at all (403 expression_not_allowed); a private key's
+      // constant expression is refused as invalid.
       const constant = await s.call('POST', '/tokenize', { key: KEYS.public, body: { type: 'token', data: 'x', fingerprint_expression: `{{ "${AMEX}" }}`, deduplicate_token: true } });
-      t.equal(constant.status, 400, 'a constant fingerprint_expression is refused');
+      t.equal(constant.status, 403, 'a public key sends no fingerprint_expression of its own');
+      t.equal(constant.body.code, 'expression_not_allowed');
       t.ok(constant.body.errors?.fingerprint_expression);
+      const constantPrivate = await s.call('POST', '/tokenize', { body: { type: 'token', data: 'x', fingerprint_expression: `{{ "${AMEX}" }}`, deduplicate_token: true } });
+      t.equal(constantPrivate.status, 400, 'a constant fingerprint_expression is refused');
+      t.ok(constantPrivate.body.errors?.fingerprint_expression);
 
       const cross = await s.call('POST', '/tokens', { key: APPS.general.key, body: card(AMEX, { deduplicate_token: true }) });
       t.equal(cross.status, 201);

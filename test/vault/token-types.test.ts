@@ -9,7 +9,7 @@ import t from 'tap';
 import { readFileSync } from 'node:fs';
 import { CONFIG_TOKEN_TYPES } from '../../src/config/schema.js';
 import type { FieldErrors } from '../../src/errors.js';
-import { maskDigits, TOKEN_TYPE_SPECS, tokenType, tokenTypesReadmeTable, tokenTypesTable } from '../../src/vault/token-types.js';
+import { disclosureBudgetTable, maskDigits, TOKEN_TYPE_SPECS, tokenType, tokenTypesReadmeTable, tokenTypesTable } from '../../src/vault/token-types.js';
 import { startTestService } from '../helpers/service.js';
 import { badRouting, digits, routing, typesOverHttp } from './token-types-suite.js';
 import { randomCard } from '../helpers/secrets.js';
@@ -104,6 +104,28 @@ t.test('docs/api.md and README.md hold the generated tables', async (t) => {
     t.equal(doc.slice(a, b).trimEnd(), table, `${file}: the table is the registry's (regenerate it from ${fn}())`);
     for (const spec of TOKEN_TYPE_SPECS) t.ok(doc.includes(`| \`${spec.name}\` |`), `${file} names ${spec.name}`);
   }
+});
+
+t.test('SECURITY.md and docs/api.md hold the disclosure budget table', async (t) => {
+  for (const file of ['SECURITY.md', 'docs/api.md']) {
+    const doc = readFileSync(file, 'utf8');
+    const a = doc.indexOf('-->\n', doc.indexOf('<!-- disclosure-budget: generated')) + 4;
+    const b = doc.indexOf('<!-- disclosure-budget: end -->');
+    t.ok(a > 4 && b > a, `${file}: the markers are there`);
+    t.equal(doc.slice(a, b).trimEnd(), disclosureBudgetTable(), `${file}: the table is the registry's (regenerate it from disclosureBudgetTable())`);
+  }
+});
+
+t.test('the budget view keeps only what the budget allows', async (t) => {
+  t.equal(tokenType('card_number')!.view('4242424242424242'), '424242XXXXXX4242');
+  t.same(tokenType('card')!.view({ number: '4242424242424242', expiration_month: 1, expiration_year: 2031, cvc: '123' }),
+    { number: '424242XXXXXX4242', expiration_month: 1, expiration_year: 2031 }, 'no cvc');
+  t.equal(tokenType('social_security_number')!.view('123-45-6789'), 'XXX-XX-6789');
+  t.equal(tokenType('employer_id_number')!.view('12-3456789'), 'XX-XXX6789');
+  t.same(tokenType('bank')!.view({ routing_number: '011000015', account_number: '000123456789' }), { routing_number: '011000015', account_number: 'XXXXXXXX6789' });
+  t.equal(tokenType('us_bank_routing_number')!.view('011000015'), '011000015', 'routing numbers are public');
+  t.equal(tokenType('token')!.view('anything at all'), 'anything at all', "a token's creator chooses with its mask");
+  for (const spec of TOKEN_TYPE_SPECS) t.ok(spec.budgetDoc.length > 0, `${spec.name} states its budget`);
 });
 
 t.test('fuzz: the validators never throw, whatever the data', async (t) => {
