@@ -1,20 +1,22 @@
 /**
  * Production mode (issue 29: "nothing stops development keys in production"). With
  * `server.mode: production` (or NODE_ENV=production, src/config/load.ts) the service refuses to
- * start, one line per reason, when the master key would be the generated development key or sits
- * inside the store's data directory, or when a configured key is one of the development keys
- * published in the README and the default config. It warns, once at start-up, about keys given in
- * plaintext and about `/metrics` on the public listener. Development mode starts as before and
- * says once what production mode would refuse.
+ * start, one line per reason, when the master key would be the generated development key, sits
+ * inside the store's data directory, or is the development key a development start wrote there
+ * (given through TOKENPROXY_MASTER_KEY or as a copy of that file), or when a configured key is one
+ * of the development keys published in the README and the default config. It warns, once at
+ * start-up, about keys given in plaintext and about `/metrics` on the public listener. Development
+ * mode starts as before and says once what production mode would refuse.
  *
  * Every message names settings by path and files by name; never a key, digest or token.
  */
-import { realpathSync } from 'node:fs';
+import { existsSync, realpathSync } from 'node:fs';
 import { basename, dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { sha256 } from './auth/keys.js';
 import { adminListener } from './config/admin.js';
 import type { LoadedConfig } from './config/load.js';
-import { DEV_KEY_FILE, MASTER_KEY_ENV } from './crypto/master-key.js';
+import { masterKeyId } from './crypto/keyring.js';
+import { DEV_KEY_FILE, loadMasterKey, MASTER_KEY_ENV } from './crypto/master-key.js';
 import { resolveStorePath } from './store/factory.js';
 
 /**
@@ -102,6 +104,41 @@ function masterKeyRefusal(config: LoadedConfig, cwd: string): string | null {
   return null;
 }
 
+/** The key id of a key as loadMasterKey reads it, or null when it cannot be read (start-up reports that itself). */
+function keyIdOf(read: () => Buffer): string | null {
+  let key: Buffer;
+  try {
+    key = read();
+  } catch {
+    return null;
+  }
+  try {
+    return masterKeyId(key);
+  } finally {
+    key.fill(0);
+  }
+}
+
+/**
+ * The refusal of a given master key that is the development key a development start wrote into
+ * the data directory (TOKENPROXY_MASTER_KEY=$(cat data/master.key), or a copy of that file):
+ * compared by key id, so the message names the file and never holds key bytes.
+ */
+function devKeyReuseRefusal(config: LoadedConfig, cwd: string): string | null {
+  const file = config.secrets.master_key_file;
+  if (config.store.kind !== 'embedded' || (config.masterKeyFromEnv === undefined && file === undefined)) return null;
+  const devFile = join(dirname(resolveStorePath(config.store, cwd)), DEV_KEY_FILE);
+  if (!existsSync(devFile)) return null;
+  const given = keyIdOf(() => loadMasterKey({
+    fromEnv: config.masterKeyFromEnv, file: file === undefined ? undefined : resolve(cwd, file), storeKind: 'embedded', dataDir: dirname(devFile), warn: () => {}, createDevKey: false,
+  }));
+  const dev = keyIdOf(() => loadMasterKey({ storeKind: 'embedded', dataDir: dirname(devFile), warn: () => {}, createDevKey: false }));
+  if (given === null || given !== dev) return null;
+  const source = config.masterKeyFromEnv !== undefined ? MASTER_KEY_ENV : `secrets.master_key_file ${file}`;
+  return `${source} is the development master key of ${devFile} (the same key id): a key written beside the store is not a production secret; ` +
+    'move that file out of the data directory (keep the key only where your secrets are kept), or start a new store with a new key (tokenproxy gen-master-key)';
+}
+
 /** The refusal of published development keys, if the config holds one (also checked on reload in production mode). */
 export function publishedKeyRefusal(config: LoadedConfig): string | null {
   const published = configuredKeys(config).filter((k) => PUBLISHED_DIGESTS.has(k.digest ?? sha256(k.plain!).toString('hex'))).map((k) => k.at);
@@ -113,7 +150,7 @@ export function publishedKeyRefusal(config: LoadedConfig): string | null {
 /** What production mode refuses and warns about for this config (development mode reports the refusals only). */
 export function productionCheck(config: LoadedConfig, cwd: string = process.cwd()): ProductionCheck {
   const refusals: string[] = [];
-  const master = masterKeyRefusal(config, cwd);
+  const master = masterKeyRefusal(config, cwd) ?? devKeyReuseRefusal(config, cwd);
   if (master) refusals.push(master);
   const published = publishedKeyRefusal(config);
   if (published) refusals.push(published);
