@@ -403,6 +403,17 @@ const commands: Record<string, Command> = {
       return verifyTenantAudit(config, { tenantId: tenant, expect, allowUnanchored: values['allow-unanchored'] === true }, io);
     },
   },
+  'check-aliases': {
+    summary: "list the token ids that show more of their value than their type's disclosure budget",
+    usage: `tokenproxy check-aliases [--config PATH]\n\nReads every token of the config's tenants and lists those whose id shares more characters with its\nvalue, at its start or end, than the type's disclosure budget allows (a card's first 6 and last 4\ndigits, an SSN's last 4): aliases drawn with a wider window by an older version, or custom ids\nbuilt from the value. Each listed id is printed with the characters beyond the budget as *. An id\none character beyond is counted, not listed (a random draw matches one time in ten). Nothing is\nchanged: ids are how clients name tokens. Decrypts each value in memory, which needs the master\nkey (as for the service).\n\nExit 0: every id is within its budget; 1: some are not (listed), or the store is missing or cannot\nbe read; 2: usage error.\n\n${CONFIG_HELP}`,
+    options: { ...configOption },
+    async run(values, io) {
+      const config = await loadConfig(values, io);
+      if (!config) return EXIT_FAILED;
+      const { checkAliases } = await import('./commands/alias-budget.js');
+      return checkAliases(config, io);
+    },
+  },
   backup: {
     summary: 'copy the embedded store to a file, while the service runs',
     usage: `tokenproxy backup FILE [--force] [--config PATH]\n\nCopies the embedded store of the config (store.path) to FILE with SQLite's online backup, while the\nservice runs and writes: the copy holds every token written before the command started. FILE is\ncreated with mode 0600 (whatever the umask) in a directory that must exist; an existing FILE is\nreplaced only with --force. The copy is one self-contained SQLite file. It is readable only with\nthe master key, which is not in it: back the key up too, apart from the copy. Redis and PostgreSQL\nstores are backed up with their own tools (see the operations guide).\n\nExit 0: copied; 1: the copy failed (the store is missing or unreadable); 2: usage error, a missing\ndirectory, FILE exists without --force, or a store that is not embedded.\n\n  -f, --force         replace FILE if it exists\n${CONFIG_HELP}`,

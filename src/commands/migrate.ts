@@ -6,6 +6,7 @@
  * resumed by running the command again. Afterwards the store is opened as the service opens it:
  * the token count must be what it was, and a sample of tokens must decrypt under the master key
  * (which is why the command needs it, as verify-audit does). Nothing is decrypted to convert.
+ * Then the audit chain heads written before anchoring are anchored (audit/anchor-heads.ts).
  *
  * Exit codes as every command (src/cli.ts): 0 done or nothing to do; 1 failed; 2 usage error.
  */
@@ -196,5 +197,29 @@ export async function runMigrate(values: Values, io: MigrateIo): Promise<number>
     io.err(`tokenproxy: ${err.message}\n`);
     return EXIT_FAILED;
   }
-  return migrate(config, { dryRun: values['dry-run'] === true, batch }, io);
+  const dryRun = values['dry-run'] === true;
+  const code = await migrate(config, { dryRun, batch }, io);
+  // A dry run also lists the ids beyond their type's disclosure budget (aliases drawn before the
+  // budget bound their windows): reported, never rewritten. Only a store in the current format
+  // can be read as the service reads it; the exit status stays the conversion's.
+  if (dryRun && code === EXIT_OK && (await currentFormat(config))) {
+    const { checkAliases } = await import('./alias-budget.js');
+    await checkAliases(config, io, 'migrate');
+  }
+  if (code !== EXIT_OK || dryRun) return code;
+  // Audit chain heads written before anchoring: the service appends nothing onto them until anchored here.
+  const { anchorStep } = await import('../audit/anchor-heads.js');
+  return anchorStep(config, io);
+}
+
+/** Whether the configured store is in the format this version reads (nothing to convert). */
+async function currentFormat(config: LoadedConfig): Promise<boolean> {
+  const { createStore } = await import('../store/factory.js');
+  const store = await createStore(config.store, { mustExist: true, forMigration: true });
+  try {
+    const status = await store.migrator?.().status();
+    return status === undefined || (status.from === status.to && status.pending === 0);
+  } finally {
+    await store.close();
+  }
 }
