@@ -23,7 +23,7 @@ import { DuplicateTokenError, StoreUnavailableError, type InsertOptions, type Pa
 import { Names } from './names.js';
 import { InsertBatcher, MAX_ROWS } from './insert-batcher.js';
 import { isUniqueViolation, query, storeError, transaction } from './pool.js';
-import { decodeDigest, decodeSealed, decodeTime, encodeDigest, encodeSealed, encodeTime, splitId, splitIds } from './wire.js';
+import { decodeDigest, decodeMetadata, decodeSealed, decodeTime, encodeDigest, encodeMetadata, encodeSealed, encodeTime, metadataFilter, splitId, splitIds } from './wire.js';
 
 const T = 'tokenproxy.tokens';
 
@@ -41,7 +41,8 @@ interface Row {
   cvc_sealed: Buffer | null;
   cvc_expires_ms: string | null;
   cvc_expires_text: string | null;
-  metadata: Record<string, string> | null;
+  /** An object, or the escaped form (wire.ts, decodeMetadata). */
+  metadata: unknown;
   search_indexes: string[] | null;
   index_hashes: Buffer[] | null;
   fingerprint: Buffer | null;
@@ -81,7 +82,7 @@ async function decodeRows(names: Names, tenantId: string, rows: Row[], now: numb
     return {
       tenant_id: tenantId, id, type: r.type, container: r.container, sealed: decodeSealed(r.sealed),
       cvc_sealed: cvcLive && r.cvc_sealed !== null ? decodeSealed(r.cvc_sealed) : null,
-      cvc_expires_at: decodeTime(r.cvc_expires_ms, r.cvc_expires_text), metadata: r.metadata ?? {},
+      cvc_expires_at: decodeTime(r.cvc_expires_ms, r.cvc_expires_text), metadata: decodeMetadata(r.metadata),
       search_indexes: r.search_indexes ?? [], index_hashes: (r.index_hashes ?? []).map(decodeDigest),
       fingerprint: r.fingerprint === null ? null : decodeDigest(r.fingerprint),
       fingerprint_expression: nameOf(dict, r.fingerprint_expression), mask: nameOf(dict, r.mask),
@@ -101,7 +102,7 @@ function values(r: StoredToken, tenant: number, dict: Map<string, number>): unkn
   const no = (n: string | null): number | null => (n === null ? null : dict.get(n)!);
   return [
     tenant, uuid, custom, r.type, r.container, encodeSealed(r.sealed), r.cvc_sealed === null ? null : encodeSealed(r.cvc_sealed),
-    cvcExpires.ms, cvcExpires.text, Object.keys(r.metadata).length === 0 ? null : JSON.stringify(r.metadata),
+    cvcExpires.ms, cvcExpires.text, encodeMetadata(r.metadata),
     r.search_indexes.length === 0 ? null : r.search_indexes, r.index_hashes.length === 0 ? null : r.index_hashes.map(encodeDigest),
     r.fingerprint === null ? null : encodeDigest(r.fingerprint), no(r.fingerprint_expression), no(r.mask), no(r.created_by),
     created.ms, created.text, no(r.modified_by), modified.ms, modified.text, expires.ms, expires.text,
@@ -336,7 +337,9 @@ export class PostgresTokens implements TokenPort {
     if (filter.type !== undefined) where.push(`type = ${p(filter.type)}`);
     if (filter.container !== undefined) where.push(`starts_with(container, ${p(filter.container)})`);
     if (filter.fingerprint !== undefined) where.push(`fingerprint = ${p(encodeDigest(filter.fingerprint))}`);
-    if (filter.metadata && Object.keys(filter.metadata).length > 0) where.push(`metadata @> ${p(JSON.stringify(filter.metadata))}::jsonb`);
+    if (filter.metadata && Object.keys(filter.metadata).length > 0) {
+      where.push(`(${metadataFilter(filter.metadata).map((f) => `metadata @> ${p(f)}::jsonb`).join(' OR ')})`);
+    }
     const hashes = [...new Set(filter.index_hashes ?? [])];
     if (hashes.length > 0) where.push(`index_hashes @> ${p(hashes.map(encodeDigest))}::bytea[]`);
     if (filter.ids) {

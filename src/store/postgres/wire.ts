@@ -106,3 +106,66 @@ export function decodeTime(ms: string | number | null, text: string | null): str
   if (text !== null) return text;
   return ms === null ? null : new Date(Number(ms)).toISOString();
 }
+
+/**
+ * Metadata in the `metadata` jsonb column. jsonb cannot hold U+0000 (SQLSTATE 22P05) nor a lone
+ * UTF-16 surrogate (its `\ud800` escape is refused). The vault refuses both, but an embedded or
+ * Redis store written before it did may hold them, and `store copy` must move such a token as it
+ * is. Such a map is kept as an object of its pairs that jsonb holds, as they are, plus the whole
+ * map, escaped (`\` → `\\`, U+0000 and a lone surrogate → `\uXXXX`), as the object member named
+ * "" (MARKED): lossless, and unambiguous, since a metadata value is always a string, never an
+ * object. A filter stays one `@>` on the GIN index (metadataFilter): a filter jsonb holds matches
+ * the pairs at the top, as in any other row; one it cannot hold matches inside the escaped map.
+ * Every other map is the object itself, as it always was.
+ */
+const MARKED = '';
+const JSONB_REFUSES = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+const TO_ESCAPE = /[\\\u0000]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+const ESCAPE = /\\(\\|u[0-9a-f]{4})/g;
+
+const escapeText = (s: string): string => s.replace(TO_ESCAPE, (c) => (c === '\\' ? '\\\\' : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`));
+const unescapeText = (s: string): string => s.replace(ESCAPE, (_, e: string) => (e === '\\' ? '\\' : String.fromCharCode(parseInt(e.slice(1), 16))));
+
+const setOwn = (o: Record<string, unknown>, k: string, v: unknown): void => {
+  // A key "__proto__" is a key like any other: `o[k] = v` would call the setter instead.
+  Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
+};
+
+function escapedMap(m: Record<string, string>, f: (s: string) => string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(m)) setOwn(out, f(k), f(v));
+  return out;
+}
+
+const holds = (s: string): boolean => !JSONB_REFUSES.test(s);
+const jsonbHolds = (m: Record<string, string>): boolean => Object.entries(m).every(([k, v]) => holds(k) && holds(v));
+
+/** The column's value (JSON text for a jsonb parameter); null for an empty map. */
+export function encodeMetadata(m: Record<string, string>): string | null {
+  if (Object.keys(m).length === 0) return null;
+  if (jsonbHolds(m)) return JSON.stringify(m);
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(m)) if (k !== MARKED && holds(k) && holds(v)) setOwn(out, k, v);
+  setOwn(out, MARKED, escapedMap(m, escapeText));
+  return JSON.stringify(out);
+}
+
+/** The map a column holds (as pg parsed the jsonb). */
+export function decodeMetadata(v: unknown): Record<string, string> {
+  if (v === null || v === undefined) return {};
+  const o = v as Record<string, unknown>;
+  const marked = Object.hasOwn(o, MARKED) ? o[MARKED] : undefined;
+  if (typeof marked === 'object' && marked !== null) return escapedMap(marked as Record<string, string>, unescapeText);
+  return o as Record<string, string>;
+}
+
+/**
+ * The jsonb values a metadata filter is tested against with `@>` (any may match): one, but for a
+ * filter on the key "" (which the vault refuses), which a marked row holds only in its escaped map.
+ */
+export function metadataFilter(f: Record<string, string>): string[] {
+  const marked: Record<string, unknown> = {};
+  setOwn(marked, MARKED, escapedMap(f, escapeText));
+  if (!jsonbHolds(f)) return [JSON.stringify(marked)];
+  return Object.hasOwn(f, MARKED) ? [JSON.stringify(f), JSON.stringify(marked)] : [JSON.stringify(f)];
+}
