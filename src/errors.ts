@@ -13,6 +13,8 @@ export const catalogue = {
   invalid_cursor: { status: 400, title: 'The pagination cursor is invalid' },
   body_too_large: { status: 413, title: 'Request body is too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported content type' },
+  // a dot segment (`..`, `%2e%2e`) in the path: routed as sent, never resolved to another route
+  invalid_path: { status: 400, title: 'The request path is not allowed' },
   // auth
   missing_api_key: { status: 401, title: 'An API key is required' },
   invalid_api_key: { status: 401, title: 'The API key is not valid' },
