@@ -1,7 +1,9 @@
 /**
  * The two entries of the request pipeline, built once per model: the HTTP request and the
- * upgrade request. Each does `route` (the router's match) and `identify` (the request id, its
- * logger, the headers every answer carries) and hands the request to its route's compiled stages
+ * upgrade request. Each does `route` (the router's match on the path as sent, request-path.ts: a
+ * dot segment is 400; then a transfer coding other than chunked is 501, transfer-coding.ts; both
+ * before any key is looked at) and `identify` (the request id, its logger, the headers every
+ * answer carries) and hands the request to its route's compiled stages
  * (stages.ts: authenticate → rate limit → input → idempotency → body → handler). Every error
  * becomes a problem body in respond.ts; the access line and the request metric are written here.
  */
@@ -14,10 +16,12 @@ import type { Context, ProxyRoute, RequestScope, Route } from './context.js';
 import { crossOrigin, originRefused, preflightHeaders } from './cors.js';
 import { answerEarly, type LingerOptions } from './linger.js';
 import { sendProblem, sendSocketProblem } from './respond.js';
+import { hasDotSegment, routedPath } from './request-path.js';
 import { Router } from './router.js';
 import { UNMATCHED_ROUTE, type RequestMetrics } from './metrics.js';
 import { asServiceError } from './service-error.js';
 import { compileRoute, compileUpgrade, headerValue, type CompiledRoute, type CompiledUpgrade, type StageOptions } from './stages.js';
+import { refuseTransferCoding } from './transfer-coding.js';
 
 export type { RateLimitGate } from './stages.js';
 export { headerValue };
@@ -143,18 +147,20 @@ async function handle(opts: PipelineOptions, router: Router<Entry<CompiledRoute>
     res.on('finish', onFinish);
   }
   try {
-    const target = req.url ?? '/';
-    const path = simplePathname(target);
+    const path = routedPath(req.url ?? '/');
+    if (hasDotSegment(path)) throw dotSegmentRefused(router, ctx, path);
     // Only a request that names another origin pays for CORS (issue 27): one header lookup.
     const origin = req.headers.origin === undefined ? undefined : crossOrigin(req);
     if (origin !== undefined && req.method === 'OPTIONS' && req.headers['access-control-request-method'] !== undefined
-      && preflight(opts, router, ctx, origin, path ?? ctx.url.pathname)) return;
-    const match = router.match(req.method ?? 'GET', path ?? ctx.url.pathname);
+      && preflight(opts, router, ctx, origin, path)) return;
+    const match = router.match(req.method ?? 'GET', path);
     const compiled = match.route.compiled;
     const route = compiled.route;
     ctx.route = route;
     ctx.params = match.params;
     ctx.rest = match.rest;
+    // Before the key and the body: a coding not applied would leave the body unreadable as sent.
+    refuseTransferCoding(req.headers['transfer-encoding']);
     // The answer depends on the Origin; whether a page may read it, on the key (stages.ts checkOrigin).
     if (origin !== undefined) ctx.headers.vary = 'Origin';
     await compiled.run(ctx, origin);
@@ -187,27 +193,23 @@ function preflight(opts: PipelineOptions, router: Router<Entry<CompiledRoute>>, 
   return true;
 }
 
+/** The query's parser only (Scope.url): routing reads the path as sent (request-path.ts). */
 function parseTarget(target: string): URL {
   return new URL(target, 'http://localhost');
 }
 
 /**
- * A path of only these characters and without `.`/`..` segments is what the WHATWG URL parser
- * would return as its pathname, unchanged: nothing to percent-encode, no backslash, no dot
- * segment to remove.
+ * 400 for a path with a dot segment, on every route (request-path.ts): `invalid_proxy_path`,
+ * wrapped, where the path is under `/proxy/*` (the proxy's own code for a path that would leave
+ * its destination), else `invalid_path`. The path is not echoed.
  */
-const SIMPLE_PATH = /^\/[A-Za-z0-9\-_~!$&'()*+,;=:@/.]*$/;
-const DOT_SEGMENT = /\/\.\.?(?:\/|$)/;
-
-/**
- * The pathname of a request target without parsing a URL (about 2 µs a request), when the path is
- * simple; null when only the URL parser can say (then the router gets its pathname).
- */
-export function simplePathname(target: string): string | null {
-  const q = target.indexOf('?');
-  const path = q === -1 ? target : target.slice(0, q);
-  if (!SIMPLE_PATH.test(path) || (path.includes('.') && DOT_SEGMENT.test(path))) return null;
-  return path;
+function dotSegmentRefused<C extends { route: Route }>(router: Router<Entry<C>>, ctx: RequestContext | Scope, path: string): ServiceError {
+  const route = router.routesAt(path)[0]?.compiled.route;
+  if (ctx instanceof RequestContext) ctx.route = route;
+  if (route?.auth === 'proxy') {
+    return new ServiceError('invalid_proxy_path', { detail: 'Dot segments (. and .., also percent-encoded) are not allowed in the proxy path' });
+  }
+  return new ServiceError('invalid_path', { detail: 'The path has a dot segment (. or .., also percent-encoded): send the path of the route itself' });
 }
 
 /**
@@ -253,10 +255,12 @@ async function upgrade(
   let status = 101;
   let route = UNMATCHED_ROUTE;
   try {
-    const path = simplePathname(req.url ?? '/') ?? ctx.url.pathname;
+    const path = routedPath(req.url ?? '/');
+    if (hasDotSegment(path)) throw dotSegmentRefused(router, ctx, path);
     const match = router.match(req.method ?? 'GET', path);
     // The router lets `/proxy` stand for its wildcard with nothing below it: not an upgrade target.
     if (!path.startsWith(match.route.path.slice(0, -1))) throw new ServiceError('route_not_found', { detail: 'Only /proxy/* accepts protocol upgrades' });
+    refuseTransferCoding(req.headers['transfer-encoding']);
     ctx.params = match.params;
     ctx.rest = match.rest;
     route = match.route.path;

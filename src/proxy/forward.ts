@@ -4,24 +4,17 @@
  * forwarding failure becomes before and after the answer started.
  */
 import type { OutgoingHttpHeaders } from 'node:http';
-import { ServiceError } from '../errors.js';
 import type { Context } from '../http/context.js';
 import { upstreamError, type UpstreamHead } from './upstream.js';
 
 export const DESTINATION_STATUS_HEADER = 'svc-proxy-destination-status';
 
 /**
- * Refuses a request whose Transfer-Encoding is anything but `chunked` (RFC 9112 §6.1: 501 for a
- * coding the server does not implement). Node's parser takes `gzip, chunked` as chunked and hands
- * on the still-gzipped bytes; they could be neither scanned nor tokenized, and the destination
- * would get them with no header saying they are compressed.
+ * Refuses a request whose Transfer-Encoding is anything but `chunked` (501). The pipeline runs the
+ * same check on every route before its stages (src/http/transfer-coding.ts); the proxies repeat
+ * it where they read the body, which costs a header lookup.
  */
-export function checkTransferEncoding(te: string | string[] | undefined): void {
-  if (te === undefined) return;
-  const codings = (Array.isArray(te) ? te.join(',') : te).split(',').map((c) => c.trim().toLowerCase()).filter(Boolean);
-  if (codings.length === 1 && codings[0] === 'chunked') return;
-  throw new ServiceError('unsupported_transfer_encoding', { detail: 'The proxy accepts request bodies with Transfer-Encoding: chunked only (use Content-Encoding for a compressed body)' });
-}
+export { refuseTransferCoding as checkTransferEncoding } from '../http/transfer-coding.js';
 
 export function isIdentity(encoding: string | string[] | undefined): boolean {
   const v = Array.isArray(encoding) ? encoding.join(',') : encoding;
