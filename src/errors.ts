@@ -75,10 +75,10 @@ export const catalogue = {
   managed_by_config: { status: 405, title: 'This resource is managed in the configuration file' },
   // issue 28: an asynchronous reactor call's result that is unknown, expired, or another application's
   reactor_result_not_found: { status: 404, title: 'No reactor result with this request id' },
-} as const satisfies Record<string, { status: number; title: string }>;
-
   // a key that may not compute on a value (it did not send it in the clear) sent a template over it
   expression_not_allowed: { status: 403, title: 'This key may not send expressions over these values' },
+} as const satisfies Record<string, { status: number; title: string }>;
+
 export type ErrorCode = keyof typeof catalogue;
 
 /** Field path → messages, for validation failures (e.g. `primary_card.data.number`). */
