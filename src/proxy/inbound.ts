@@ -20,15 +20,32 @@ import type { ReactorRuntime } from '../reactors/runtime.js';
 import type { TokenService } from '../vault/service.js';
 import { ProxyBody } from './body.js';
 import type { CompiledProxy } from './compile.js';
-import { destinationPath, PROXY_KEY_PARAM, splitProxyTarget } from './destination.js';
+import { destinationPath, PROXY_KEY_PARAM, splitProxyTarget, stripProxyKeyParam } from './destination.js';
 import { outgoingHeaders, responseHeaders } from './headers.js';
-import { LeakScanner, scanBodyYielding, scanType } from './leak-guard.js';
+import { LeakScanner, scanType } from './leak-guard.js';
+import { MAX_PARTS, scanBodyYielding } from './leak-guard-body.js';
+import { headerFindings, urlFindings } from './leak-guard-request.js';
 import { refuseMethod } from './methods.js';
 import { ProxyTransforms, type TransformContext } from './transforms.js';
 import type { UseResolver } from './detokenize-request.js';
 import { UpgradeForwarder } from './upgrade.js';
 import { answerHeaders, checkTransferEncoding, cutOrThrow, forwardOrCut, isIdentity } from './forward.js';
 import { Upstream, upstreamError, type ForwardRequest, type UpstreamHead } from './upstream.js';
+
+/** Where in a request the leak guard found a card number. */
+type LeakPlace = 'body' | 'url' | 'headers';
+
+const LEAK_MESSAGE: Record<LeakPlace, string> = {
+  body: 'leak guard: a card number in plaintext in the body to the destination',
+  url: 'leak guard: a card number in plaintext in the path or query to the destination',
+  headers: 'leak guard: a card number in plaintext in a header to the destination',
+};
+
+const LEAK_DETAIL: Record<LeakPlace, string> = {
+  body: 'The outgoing body contains a card number in plaintext; nothing was forwarded',
+  url: 'The path or query to the destination contains a card number in plaintext; nothing was forwarded',
+  headers: 'A header to the destination contains a card number in plaintext; nothing was forwarded',
+};
 
 interface Entry {
   proxy: CompiledProxy;
@@ -86,7 +103,10 @@ export class InboundProxy {
     // What transforms see of the request; a proxy without transforms never builds it.
     const tctx = proxy.buffered || proxy.transformsAnswer ? transformContext(ctx, method, target) : null;
     if (proxy.detokenizes) tctx!.detokenize = this.detokenizeContext(ctx, proxy, path);
-    if (proxy.buffered) return this.transformed(ctx, entry, path, headers, tctx!);
+    if (proxy.buffered) return this.transformed(ctx, entry, target, path, headers, tctx!);
+    // Not buffered: `off` or `log` (a `block` proxy reads the body). The request line and headers
+    // are known now; a streamed body is scanned as it passes.
+    if (proxy.settings.leak_guard === 'log') this.scanRequest(ctx, entry, target, headers, undefined, false);
     return this.passThrough(ctx, entry, method, path, headers, tctx);
   }
 
@@ -140,7 +160,7 @@ export class InboundProxy {
               cb(null, chunk);
             },
             flush: (cb) => {
-              this.leakFound(ctx, entry, scanner.end(), false);
+              this.leakFound(ctx, entry, scanner.end(), false, 'body');
               if (scanner.undecodable) this.undecodable(ctx, entry, false);
               cb();
             },
@@ -174,7 +194,14 @@ export class InboundProxy {
       });
   }
 
-  private async transformed(ctx: Context, entry: Entry, path: string, headers: Record<string, string | string[]>, tctx: TransformContext): Promise<void> {
+  private async transformed(
+    ctx: Context,
+    entry: Entry,
+    target: { suffix: string; query: string },
+    path: string,
+    headers: Record<string, string | string[]>,
+    tctx: TransformContext,
+  ): Promise<void> {
     const { proxy } = entry;
     // Compressed bytes can be neither tokenized nor checked for card numbers.
     if (!isIdentity(ctx.req.headers['content-encoding'])) {
@@ -191,17 +218,21 @@ export class InboundProxy {
       path = outcome.query === '' ? bare : `${bare}?${outcome.query}`;
     }
     if (proxy.settings.leak_guard !== 'off') {
-      // Scanned as the destination will decode it: by the Content-Type it is sent with. Card
-      // numbers a detokenize step put in on purpose are not findings: it checks the body before.
-      const scanned = outcome.beforeDetokenize ?? bytes;
+      const block = proxy.settings.leak_guard === 'block';
       // The alias ids this request's tokenize steps drew (issue 26) are tokens, not cards, though
-      // an alias_card one passes Luhn: they are let through; a real card in the same body is not.
+      // an alias_card one passes Luhn: they are let through; a real card in the same request is not.
       const aliases = outcome.prepared.some((x) => x.def.alias !== null)
         ? new Set(outcome.prepared.filter((x) => x.def.alias !== null).map((x) => x.record.id))
         : undefined;
+      // Card numbers a detokenize step put in on purpose are not findings: the guard checks the
+      // request as it was before that step (the caller's query, the headers and body before it).
+      this.scanRequest(ctx, entry, target, outcome.headersBeforeDetokenize ?? outcome.headers, aliases, block);
+      // Scanned as the destination will decode it: by the Content-Type it is sent with.
+      const scanned = outcome.beforeDetokenize ?? bytes;
       const scan = await scanBodyYielding(scanned, scanType(headerText(outcome.headers['content-type'])), aliases);
-      this.leakFound(ctx, entry, scan.findings, proxy.settings.leak_guard === 'block');
-      if (scan.undecodable) this.undecodable(ctx, entry, proxy.settings.leak_guard === 'block');
+      this.leakFound(ctx, entry, scan.findings, block, 'body');
+      if (scan.undecodable) this.undecodable(ctx, entry, block);
+      if (scan.tooManyParts) this.tooManyParts(ctx, entry, block);
     }
     // Every token of every tokenize step in one all-or-nothing write, before anything leaves.
     if (outcome.prepared.length > 0) await this.opts.tokens.commit(outcome.prepared);
@@ -268,17 +299,45 @@ export class InboundProxy {
     ctx.res.end(bytes);
   }
 
+  /**
+   * The leak guard on the path and query the caller sent (what the destination's access log keeps)
+   * and on the headers to be forwarded; `block` refuses at the first place with a finding.
+   */
+  private scanRequest(
+    ctx: Context,
+    entry: Entry,
+    target: { suffix: string; query: string },
+    headers: Readonly<Record<string, string | string[]>>,
+    aliases: ReadonlySet<string> | undefined,
+    block: boolean,
+  ): void {
+    this.leakFound(ctx, entry, urlFindings(target.suffix, stripProxyKeyParam(target.query), aliases), block, 'url');
+    this.leakFound(ctx, entry, headerFindings(headers, aliases), block, 'headers');
+  }
+
   /** Logs (never the number) and counts findings; in block mode refuses the request. */
-  private leakFound(ctx: Context, entry: Entry, findings: number, block: boolean): void {
+  private leakFound(ctx: Context, entry: Entry, findings: number, block: boolean, where: LeakPlace): void {
     if (findings === 0) return;
     entry.leakFindings += findings;
     entry.metrics?.leaks(findings, block);
+    ctx.log.warn({ proxy: entry.proxy.settings.id, findings, total: entry.leakFindings, action: block ? 'blocked' : 'forwarded', where }, LEAK_MESSAGE[where]);
+    if (block) throw new ServiceError('leak_detected', { detail: LEAK_DETAIL[where] });
+  }
+
+  /**
+   * A multipart body with more parts than the guard reads one by one (MAX_PARTS, every level of
+   * nesting together): the parts past the bound were scanned only as bytes of the whole body.
+   * `block` refuses it; `log` forwards it and says so.
+   */
+  private tooManyParts(ctx: Context, entry: Entry, block: boolean): void {
     ctx.log.warn(
-      { proxy: entry.proxy.settings.id, findings, total: entry.leakFindings, action: block ? 'blocked' : 'forwarded' },
-      'leak guard: a card number in plaintext in the body to the destination',
+      { proxy: entry.proxy.settings.id, too_many_parts: true, max_parts: MAX_PARTS, action: block ? 'blocked' : 'forwarded' },
+      'leak guard: the multipart body has more parts than the guard reads one by one',
     );
     if (block) {
-      throw new ServiceError('leak_detected', { detail: 'The outgoing body contains a card number in plaintext; nothing was forwarded' });
+      throw new ServiceError('body_too_large', {
+        detail: `The multipart body has more than ${MAX_PARTS.toLocaleString('en-US')} parts (the leak guard reads at most that many, nested parts included); nothing was forwarded`,
+      });
     }
   }
 

@@ -15,7 +15,8 @@
  * (`application/json`, `text/json`, `…+json`, JSON lines) the string escapes are decoded
  * (`"\u0034\u0032…"` is a card), in a form body the percent-escapes (`%34%32…`, and `%20` is a
  * space); other bodies are scanned as they are. A buffered multipart body is also scanned part by
- * part, each by its own transfer encoding and content type (`scanBodyYielding`). A UUID (8-4-4-4-12 hex digits, the shape of every
+ * part, each by its own transfer encoding and content type (`scanBodyYielding`, in
+ * leak-guard-body.ts; the path, query and headers are scanned by leak-guard-request.ts). A UUID (8-4-4-4-12 hex digits, the shape of every
  * token id) is not a card however its digits fall: it is taken out before the digits are looked
  * at, so a body full of token ids does not trip a blocking guard now and then.
  *
@@ -34,7 +35,7 @@ const DASH = 0x2d;
 const PLUS = 0x2b;
 const MAX_DIGITS = 19;
 const MIN_DIGITS = 13;
-const NO_ALIASES: ReadonlySet<string> = new Set();
+export const NO_ALIASES: ReadonlySet<string> = new Set();
 
 export class CardScanner {
   /**
@@ -185,7 +186,7 @@ export function scanType(contentType: string): ScanType {
 
 const RAW_TYPE: ScanType = { encoding: 'raw', charset: undefined, conflictingCharsets: false, sniff: false };
 
-function asScanType(type: BodyEncoding | ScanType): ScanType {
+export function asScanType(type: BodyEncoding | ScanType): ScanType {
   return typeof type === 'string' ? { ...RAW_TYPE, encoding: type } : type;
 }
 
@@ -660,129 +661,4 @@ export function countCardNumbers(body: Uint8Array, type: BodyEncoding | ScanType
   const s = new LeakScanner(type);
   s.push(body);
   return s.end();
-}
-
-/** How much of a buffered body is scanned before other work gets the event loop. */
-const SLICE = 64 * 1024;
-
-/** What the scan of a whole body found (see LeakScanner). */
-export interface ScanResult {
-  findings: number;
-  undecodable: boolean;
-}
-
-/**
- * The scan of a buffered body, in slices with the event loop let go between them: a 5 MB body of
- * short digit groups takes a few hundred ms to scan, which no other request should wait for in
- * one piece. A multipart body is also scanned part by part (`scanParts`): its findings are the
- * larger of the two.
- */
-export async function scanBodyYielding(body: Uint8Array, type: BodyEncoding | ScanType = 'raw', allowed: ReadonlySet<string> = NO_ALIASES): Promise<ScanResult> {
-  return scanYielding(body, asScanType(type), 0, allowed);
-}
-
-async function scanYielding(body: Uint8Array, type: ScanType, depth: number, allowed: ReadonlySet<string>): Promise<ScanResult> {
-  const s = new LeakScanner(type, allowed);
-  for (let i = 0; i < body.length; i += SLICE) {
-    if (i > 0) await new Promise<void>((resolve) => setImmediate(resolve));
-    s.push(body.subarray(i, i + SLICE));
-  }
-  const whole = { findings: s.end(), undecodable: s.undecodable };
-  if (type.boundary === undefined) return whole;
-  const parts = await scanParts(body, type.boundary, depth, allowed);
-  return { findings: Math.max(whole.findings, parts.findings), undecodable: whole.undecodable || parts.undecodable };
-}
-
-/** Multipart bodies inside multipart bodies are read this deep; deeper ones are scanned as bytes. */
-const MAX_MULTIPART_DEPTH = 4;
-
-/**
- * Scans each part of a multipart body (RFC 2046 §5.1) as a destination's parser decodes it: by the
- * part's `Content-Transfer-Encoding` (`base64` and `quoted-printable` decoded; `7bit`, `8bit`,
- * `binary` or none as they are; any other is undecodable) and then its own `Content-Type` (charset,
- * JSON, form, a nested multipart), as a body of its own. A body that does not parse as multipart
- * adds nothing (the whole-body scan stands).
- */
-async function scanParts(body: Uint8Array, boundary: string, depth: number, allowed: ReadonlySet<string>): Promise<ScanResult> {
-  if (depth >= MAX_MULTIPART_DEPTH) return { findings: 0, undecodable: false };
-  const buf = Buffer.from(body.buffer, body.byteOffset, body.length);
-  const delimiter = Buffer.from(`--${boundary}`);
-  let findings = 0;
-  let undecodable = false;
-  let at = buf.indexOf(delimiter);
-  while (at !== -1) {
-    let start = at + delimiter.length;
-    if (buf[start] === 0x2d && buf[start + 1] === 0x2d) break; // the close delimiter
-    // The rest of the delimiter line (transport padding), then the part.
-    const eol = buf.indexOf(0x0a, start);
-    if (eol === -1) break;
-    start = eol + 1;
-    let next = buf.indexOf(delimiter, start);
-    if (next === -1) next = buf.length;
-    // The CRLF before the next delimiter belongs to it.
-    let end = next;
-    if (end > start && buf[end - 1] === 0x0a) end--;
-    if (end > start && buf[end - 1] === 0x0d) end--;
-    const part = buf.subarray(start, end);
-    const r = await scanPart(part, depth, allowed);
-    findings += r.findings;
-    undecodable ||= r.undecodable;
-    at = next === buf.length ? -1 : next;
-  }
-  return { findings, undecodable };
-}
-
-async function scanPart(part: Buffer, depth: number, allowed: ReadonlySet<string>): Promise<ScanResult> {
-  let split = part.indexOf('\r\n\r\n');
-  let bodyStart = split + 4;
-  // A part without headers starts with the empty line.
-  if (part[0] === 0x0d && part[1] === 0x0a) [split, bodyStart] = [0, 2];
-  else if (part[0] === 0x0a) [split, bodyStart] = [0, 1];
-  else if (split === -1) {
-    split = part.indexOf('\n\n');
-    bodyStart = split + 2;
-  }
-  if (split === -1) return { findings: 0, undecodable: false };
-  let contentType = '';
-  let transfer = '';
-  // Header lines; a folded line (starting with white space) continues the one before.
-  for (const line of part.toString('latin1', 0, split).replace(/\r?\n[ \t]+/g, ' ').split(/\r?\n/)) {
-    const colon = line.indexOf(':');
-    if (colon === -1) continue;
-    const name = line.slice(0, colon).trim().toLowerCase();
-    if (name === 'content-type') contentType = line.slice(colon + 1).trim();
-    else if (name === 'content-transfer-encoding') transfer = line.slice(colon + 1).trim().toLowerCase();
-  }
-  let content: Uint8Array = part.subarray(bodyStart);
-  if (transfer === 'base64') content = Buffer.from(part.toString('latin1', bodyStart), 'base64');
-  else if (transfer === 'quoted-printable') content = decodeQuotedPrintable(part.subarray(bodyStart));
-  else if (transfer !== '' && transfer !== '7bit' && transfer !== '8bit' && transfer !== 'binary') return { findings: 0, undecodable: true };
-  return scanYielding(content, scanType(contentType), depth + 1, allowed);
-}
-
-/** Quoted-printable (RFC 2045 §6.7): `=XX` is the byte XX, `=` at a line end a soft break; anything else as written. */
-function decodeQuotedPrintable(b: Uint8Array): Uint8Array {
-  const out = new Uint8Array(b.length);
-  let o = 0;
-  for (let i = 0; i < b.length; i++) {
-    const c = b[i]!;
-    if (c !== 0x3d) {
-      out[o++] = c;
-      continue;
-    }
-    const h = hexValue(b[i + 1]);
-    const l = hexValue(b[i + 2]);
-    if (h >= 0 && l >= 0) {
-      out[o++] = (h << 4) | l;
-      i += 2;
-      continue;
-    }
-    // A soft line break: `=`, optional trailing white space, then CRLF or LF.
-    let j = i + 1;
-    while (b[j] === 0x20 || b[j] === 0x09) j++;
-    if (b[j] === 0x0d && b[j + 1] === 0x0a) i = j + 1;
-    else if (b[j] === 0x0a) i = j;
-    else out[o++] = c;
-  }
-  return out.subarray(0, o);
 }

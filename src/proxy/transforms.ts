@@ -36,6 +36,8 @@ export interface RequestOutcome {
   query?: string;
   /** Set by a `detokenize` step: the body before it, which is what the leak guard checks. */
   beforeDetokenize?: Buffer;
+  /** Set by a `detokenize` step: the headers before it, which are what the leak guard checks. */
+  headersBeforeDetokenize?: Record<string, string | string[]>;
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {
@@ -179,6 +181,7 @@ export class ProxyTransforms {
         // The config loader made this step the last one and required require_auth.
         if (!ctx.detokenize) throw new ServiceError('internal_error', { detail: 'The detokenize transform is not available' });
         outcome.beforeDetokenize = body.serialize();
+        outcome.headersBeforeDetokenize = outcome.headers;
         const parts = await detokenizeParts(body, outcome.headers, ctx.detokenize.rawQuery, ctx.detokenize.use);
         outcome.headers = parts.headers;
         outcome.query = parts.query;
