@@ -8,7 +8,7 @@
  * `tokenproxy verify-audit --expect-head` (issue 23).
  */
 import type { Logger } from '../log.js';
-import { eventHash, verifyChain, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditHead, type ChainCheck } from '../store/audit.js';
+import { AuditHeadRefusedError, eventHash, verifyChain, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditHead, type ChainCheck } from '../store/audit.js';
 import type { AuditPage, AuditPort } from '../store/types.js';
 import { anchorMatches, formatHead, type AuditAnchorSigner } from '../crypto/audit-anchor.js';
 
@@ -40,6 +40,14 @@ export async function checkStoredChain(store: AuditPort, tenantId: string, opts:
   });
 }
 
+/** The store's refusal of a tenant's head behind `err` (the request path's ports wrap it as a cause), or null. */
+function headRefusal(err: unknown): AuditHeadRefusedError | null {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
+    if (e instanceof AuditHeadRefusedError) return e;
+  }
+  return null;
+}
+
 export class AuditTrail {
   /** The newest head this process wrote, per tenant (the last append's, even when lower: a store rolled back shows in the log). */
   readonly #heads = new Map<string, string>();
@@ -52,9 +60,28 @@ export class AuditTrail {
     private readonly log?: Logger,
   ) {}
 
-  /** Appends one tenant's events, anchored; resolves once they are stored (throws what the store throws). */
+  /**
+   * Appends one tenant's events, anchored; resolves once they are stored (throws what the store
+   * throws). A head the store refused to chain onto (its anchor does not check: store/audit.ts
+   * AuditHeadRefusedError) is an alert at error level: someone wrote the store, or it is another
+   * key's; the request fails as any audit write failure does.
+   */
   async append(tenantId: string, inputs: AuditEventInput[]): Promise<AuditEvent[]> {
-    const events = await this.store.appendAudit(tenantId, inputs, this.sign);
+    let events: AuditEvent[];
+    try {
+      events = await this.store.appendAudit(tenantId, inputs, this.sign);
+    } catch (err) {
+      const refused = headRefusal(err);
+      if (refused) {
+        this.log?.error(
+          { tenant_id: tenantId, audit_refused: refused.reason },
+          refused.reason === 'mismatch'
+            ? `audit chain head refused: it does not match its anchor (rewritten in the store, or another master key); no event is appended for this tenant, and its reveals and uses fail, until the trail is restored. Run tokenproxy verify-audit --tenant ${tenantId}`
+            : `audit chain head refused: it carries no anchor (a store from before anchoring: run tokenproxy migrate, which anchors it; or the anchor was removed); no event is appended for this tenant until then. Run tokenproxy verify-audit --tenant ${tenantId}`,
+        );
+      }
+      throw err;
+    }
     const last = events.at(-1);
     if (last) {
       this.#heads.set(tenantId, formatHead({ seq: last.seq, hash: eventHash(last) }));

@@ -76,7 +76,7 @@ export async function verifyTenantAudit(config: LoadedConfig, req: VerifyAuditRe
       return 1;
     }
     if (result.unanchored) {
-      io.err(`tokenproxy verify-audit: WARNING: the chain head of tenant ${tenantId} carries no anchor, so events removed at the end or a rewritten head cannot be detected; the next event the service appends anchors it\n`);
+      io.err(`tokenproxy verify-audit: WARNING: the chain head of tenant ${tenantId} carries no anchor, so events removed at the end or a rewritten head cannot be detected, and the service appends nothing onto it: tokenproxy migrate anchors it\n`);
     }
     const shown = formatHead(head!);
     io.out(`tenant ${tenantId}: ${result.events} audit event(s), chain intact, head ${shown}${result.unanchored ? ' (not anchored)' : ' (anchored)'}${req.expect ? `, passes through ${formatHead(req.expect)}` : ''}\n`);

@@ -13,11 +13,12 @@
  * so an operator can hold one outside the store and run `verify-audit --expect-head <seq>:<hash>`,
  * which fails unless the trail still passes through that head.
  */
-import { createHmac, createSecretKey, hkdfSync, timingSafeEqual, type KeyObject } from 'node:crypto';
-import type { AuditAnchorSigner, AuditHead } from '../store/audit.js';
+import { createHmac, createSecretKey, hkdfSync, type KeyObject } from 'node:crypto';
+import type { AuditAnchorSigner } from '../store/audit.js';
 
 export type { AuditAnchorSigner };
-export { formatHead, parseHead } from '../store/audit.js';
+// The check lives beside the chain (store/audit.ts): the stores check a head's anchor before every append.
+export { anchorMatches, formatHead, parseHead } from '../store/audit.js';
 
 
 /** The same salt and key length as crypto/keyring.ts, with an `info` of its own. */
@@ -46,11 +47,4 @@ export function anchorSigner(master: Buffer | KeyObject): AuditAnchorSigner {
     // Length-free: JSON of three values cannot be read two ways.
     return createHmac('sha256', key).update(JSON.stringify(['audit-anchor/v1', tenantId, head.seq, head.hash])).digest('base64url');
   };
-}
-
-/** Whether `anchor` is the anchor of `head` (constant time). */
-export function anchorMatches(sign: AuditAnchorSigner, tenantId: string, head: AuditHead, anchor: string): boolean {
-  const want = Buffer.from(sign(tenantId, head));
-  const got = Buffer.from(anchor);
-  return want.length === got.length && timingSafeEqual(want, got);
 }

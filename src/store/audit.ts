@@ -8,9 +8,12 @@
  * atomic step as the events, so removing, editing or reordering any event, the last one included,
  * breaks the chain. Whoever can write the store could rewrite the head too, or recompute the whole
  * chain: so the head also carries an anchor, an HMAC under a key derived from the master key that
- * the store never sees (crypto/audit-anchor.ts, issue 23), written in the same step.
+ * the store never sees (crypto/audit-anchor.ts, issue 23), written in the same step. And an append
+ * checks the anchor of the head it chains onto first (chainAnchored): the service never anchors a
+ * head it did not write, so a rewritten head stays detectable instead of being signed over.
  */
-import { hash } from 'node:crypto';
+import { hash, timingSafeEqual } from 'node:crypto';
+import { StoreUnavailableError } from './types.js';
 
 export type AuditAction = 'token.reveal' | 'token.detokenize' | 'proxy.outbound' | 'proxy.detokenize' | 'reactor.args';
 
@@ -94,6 +97,46 @@ export function chain(head: AuditHead | null, inputs: readonly AuditEventInput[]
   return { events, head: { seq, hash: prev } };
 }
 
+/**
+ * The head an append would chain onto is not one this master key anchored: its anchor does not
+ * match (the head was rewritten in the store, or the store is another key's), or it has none (a
+ * store from before anchoring, which `tokenproxy migrate` anchors, or an anchor removed). Nothing
+ * was written. A StoreUnavailableError, so the request that needed the event fails as any audit
+ * write failure does (503 store_unavailable); the message names the tenant, never a value.
+ */
+export class AuditHeadRefusedError extends StoreUnavailableError {
+  constructor(readonly tenantId: string, readonly reason: 'mismatch' | 'unanchored') {
+    super(reason === 'mismatch'
+      ? `the audit chain head of tenant ${tenantId} does not match its anchor: the head was rewritten in the store (events removed or changed at the end), or the store was written under another master key; nothing was appended. Run tokenproxy verify-audit --tenant ${tenantId}`
+      : `the audit chain head of tenant ${tenantId} carries no anchor: a store written before anchoring (tokenproxy migrate anchors it), or the anchor was removed; nothing was appended. Run tokenproxy verify-audit --tenant ${tenantId}`);
+    this.name = 'AuditHeadRefusedError';
+  }
+}
+
+/** Whether `anchor` is the anchor of `head` (constant time). */
+export function anchorMatches(sign: AuditAnchorSigner, tenantId: string, head: AuditHead, anchor: string): boolean {
+  const want = Buffer.from(sign(tenantId, head));
+  const got = Buffer.from(anchor);
+  return want.length === got.length && timingSafeEqual(want, got);
+}
+
+/** Throws AuditHeadRefusedError unless `head` (null: an empty chain) carries its anchor under `sign`. */
+export function checkHeadAnchor(tenantId: string, head: StoredAuditHead | null, sign: AuditAnchorSigner): void {
+  if (head === null) return;
+  if (head.anchor === null) throw new AuditHeadRefusedError(tenantId, 'unanchored');
+  if (!anchorMatches(sign, tenantId, head, head.anchor)) throw new AuditHeadRefusedError(tenantId, 'mismatch');
+}
+
+/**
+ * chain() for an append: the current head's anchor checked first (from the head the store already
+ * read in the same step: no extra round trip), the new head anchored.
+ */
+export function chainAnchored(tenantId: string, current: StoredAuditHead | null, inputs: readonly AuditEventInput[], sign: AuditAnchorSigner): { events: AuditEvent[]; head: StoredAuditHead } {
+  checkHeadAnchor(tenantId, current, sign);
+  const { events, head } = chain(current, inputs);
+  return { events, head: { ...head, anchor: sign(tenantId, head) } };
+}
+
 /** Parses a stored event, or null when it is not one (a corrupted or edited record). */
 export function decodeEvent(json: string): AuditEvent | null {
   let v: unknown;
@@ -160,7 +203,7 @@ export async function verifyChain(events: AsyncIterable<AuditEvent | null>, head
       if (!opts.allowUnanchored) {
         return {
           ok: false, events: position, position: last,
-          reason: 'the chain head carries no anchor (the anchor was removed, or no event was appended since an upgrade from a version without anchors: then --allow-unanchored accepts it)',
+          reason: 'the chain head carries no anchor (the anchor was removed, or the store was written by a version without anchors and tokenproxy migrate has not anchored it yet: then --allow-unanchored accepts it)',
         };
       }
       unanchored = true;

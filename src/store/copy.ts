@@ -12,7 +12,9 @@
  *   same (oldest) token;
  * - per tenant, the audit trail, appended event by event through `appendAudit`: the chain is a
  *   function of the events, so the target's events, hashes and head are the source's, and the
- *   head's anchor (an HMAC under the master key) is recomputed to the same value.
+ *   head's anchor (an HMAC under the master key) is recomputed to the same value. So the source's
+ *   head must carry its anchor first (checked before anything is written, and again at the end):
+ *   the copy never anchors a head the service did not.
  * Idempotency entries do not move: the port has no way to list them and they live 24 hours.
  *
  * Resumable without a journal: a token batch is written in one atomic step and only the ids the
@@ -25,7 +27,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomInt } from 'node:crypto';
-import { eventHash, GENESIS_HASH, type AuditAnchorSigner, type AuditEventInput, type StoredAuditHead } from './audit.js';
+import { AuditHeadRefusedError, checkHeadAnchor, eventHash, GENESIS_HASH, type AuditAnchorSigner, type AuditEventInput, type StoredAuditHead } from './audit.js';
 import { DuplicateTokenError, type Store, type StoredToken, type WrappedDataKey } from './types.js';
 
 /** The target is not (a partial copy of) this source: nothing of the step that found it was written. */
@@ -94,8 +96,29 @@ export function canonicalToken(r: StoredToken): string {
 
 const sameKey = (a: WrappedDataKey, b: WrappedDataKey): boolean => a.kid === b.kid && a.wrapped === b.wrapped && a.created_at === b.created_at;
 
-/** Reads only: refuses a target whose key ring, tokens or audit trail are not (a prefix of) the source's. */
-export async function preflight(from: Store, to: Store, tenants: readonly string[]): Promise<void> {
+/**
+ * The source's audit chain head must carry its anchor under the master key: a head rewritten in
+ * the source (events removed at the end) would otherwise be copied and anchored anew on the
+ * target, which would then verify; a head without one (a store from before anchoring) is
+ * anchored by `tokenproxy migrate` on the source first.
+ */
+function checkSourceHead(tenant: string, head: StoredAuditHead | null, sign: AuditAnchorSigner): void {
+  try {
+    checkHeadAnchor(tenant, head, sign);
+  } catch (err) {
+    if (!(err instanceof AuditHeadRefusedError)) throw err;
+    throw new CopyRefusedError(err.reason === 'mismatch'
+      ? `the source's audit chain head of tenant ${tenant} does not match its anchor (the head was rewritten in the source, or the source is another master key's): run tokenproxy verify-audit --tenant ${tenant} on the source`
+      : `the source's audit chain head of tenant ${tenant} carries no anchor (a store from before anchoring, or the anchor was removed): run tokenproxy migrate on the source, which anchors it, and tokenproxy verify-audit --tenant ${tenant}`);
+  }
+}
+
+/**
+ * Reads only: refuses a source whose audit chain heads do not carry their anchors, and a target
+ * whose key ring, tokens or audit trail are not (a prefix of) the source's.
+ */
+export async function preflight(from: Store, to: Store, tenants: readonly string[], sign: AuditAnchorSigner): Promise<void> {
+  for (const tenant of tenants) checkSourceHead(tenant, await from.audit.auditHead(tenant), sign);
   await ringPlan(from, to);
   for (const tenant of tenants) {
     // The target's newest tokens: each must be the source's, as it is there.
@@ -262,6 +285,8 @@ async function copyAudit(from: Store, to: Store, tenant: string, opts: CopyOptio
     throw new CopyRefusedError(`the target's audit trail of tenant ${tenant} is longer than the source's: it is another vault's trail`);
   }
   const [src, dst] = await Promise.all([from.audit.auditHead(tenant), to.audit.auditHead(tenant)]);
+  // Read again after the walk: a head rewritten in the source meanwhile is refused as at the start.
+  checkSourceHead(tenant, src, opts.sign);
   if (src !== null && (src.seq !== position || src.hash !== prev)) throw broken(Math.max(1, position), 'the chain head does not match the last event');
   if (src === null && position > 0) throw broken(position, 'the trail has no chain head');
   if ((src === null) !== (dst === null) || (src && dst && (src.seq !== dst.seq || src.hash !== dst.hash))) {
@@ -285,7 +310,7 @@ export async function countTokens(store: Store, tenant: string): Promise<number>
 /** The whole copy, then the checks; throws CopyRefusedError (or the stores' errors) when it cannot finish. */
 export async function copyStore(from: Store, to: Store, opts: CopyOptions): Promise<CopyReport> {
   const progress = opts.progress ?? (() => {});
-  await preflight(from, to, opts.tenants);
+  await preflight(from, to, opts.tenants, opts.sign);
   const dataKeys = await copyDataKeys(from, to);
   const tenants: TenantReport[] = [];
   const dir = mkdtempSync(join(tmpdir(), 'tokenproxy-copy-'));

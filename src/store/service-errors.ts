@@ -40,7 +40,7 @@ export function storeErrorName(err: unknown): string {
 
 // Every method of each port (a Record: a method added to a port and not listed here fails to compile).
 const TOKEN_METHODS: Record<keyof TokenPort, true> = { insertMany: true, get: true, getMany: true, update: true, delete: true, list: true, purgeCvc: true };
-const AUDIT_METHODS: Record<keyof AuditPort, true> = { appendAudit: true, listAudit: true, auditRange: true, auditHead: true };
+const AUDIT_METHODS: Record<keyof AuditPort, true> = { appendAudit: true, listAudit: true, auditRange: true, auditHead: true, anchorAuditHead: true };
 const DATA_KEY_METHODS: Record<keyof DataKeyPort, true> = { listDataKeys: true, addDataKey: true };
 const IDEMPOTENCY_METHODS: Record<keyof IdempotencyPort, true> = {
   claimIdempotencyKey: true, completeIdempotencyKey: true, releaseIdempotencyKey: true, purgeIdempotencyKeys: true,

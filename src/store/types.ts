@@ -1,5 +1,5 @@
 import type { AuditAnchorSigner } from './audit.js';
-import type { AuditEvent, AuditEventInput, AuditFilter, AuditPageResult, StoredAuditHead } from './audit.js';
+import type { AuditEvent, AuditEventInput, AuditFilter, AuditHead, AuditPageResult, StoredAuditHead } from './audit.js';
 import type { IdempotencyPort } from './idempotency.js';
 import type { ReactorResultPort } from './reactor-results.js';
 
@@ -158,6 +158,12 @@ export interface AuditPort {
   auditRange(tenantId: string, after: string | null, limit: number): Promise<{ items: Array<AuditEvent | null>; next: string | null }>;
   /** The tenant's chain head and its anchor, or null before its first event. */
   auditHead(tenantId: string): Promise<StoredAuditHead | null>;
+  /**
+   * Anchors a head written before anchoring (`tokenproxy migrate`, the upgrade path; an append
+   * refuses such a head): stores `sign`'s anchor for `head` only while it is still the tenant's head
+   * and carries none. False, writing nothing, when it is not.
+   */
+  anchorAuditHead(tenantId: string, head: AuditHead, sign: AuditAnchorSigner): Promise<boolean>;
 }
 
 /**

@@ -4,7 +4,8 @@
  * writes a tenant's trail (reveals), then the store is tampered with DIRECTLY (the SQLite file with
  * better-sqlite3, the Redis keys with ioredis) the way a store writer can: the tail deleted and the
  * head rewritten, an event edited or two reordered with the whole chain and head recomputed, the
- * anchor removed, the whole trail removed. `tokenproxy verify-audit` (the real CLI, a child
+ * anchor removed (the service then refuses to append until `tokenproxy migrate` anchors the
+ * head), the whole trail removed. `tokenproxy verify-audit` (the real CLI, a child
  * process) exits 1 on each (2 for a trail that is gone: no chain head) and 0 on the untouched
  * trail. A rollback to an older, validly signed head is caught by `--expect-head` with the head the
  * service logged.
@@ -45,7 +46,7 @@ function child(args: string[]): Promise<Run> {
 }
 
 /** What the test needs of a store, written directly (no tokenproxy code in between). */
-interface RawStore {
+export interface RawStore {
   /** The tenant's events as stored, oldest first. */
   events(): Promise<string[]>;
   /** Replaces every event of the tenant. */
@@ -251,17 +252,26 @@ export function runVerifyAuditSuite(t: Test, name: string, dir: string, start: (
     t.equal((await verify('--expect-head', 'nonsense')).code, 2, 'a malformed head is a usage error');
 
     // Upgrade: a head written before anchoring has none. Refused unless accepted explicitly (a
-    // writer could strip an anchor otherwise), and anchored by the next append.
+    // writer could strip an anchor otherwise). The service appends nothing onto it (it would
+    // anchor a head it did not write): `tokenproxy migrate` anchors it, then the next append goes on.
     await raw.stripHead();
     const old = await verify();
     t.equal(old.code, 1, `an unanchored head: ${old.out}`);
     t.match(old.out, /carries no anchor.*--allow-unanchored/);
     const accepted = await verify('--allow-unanchored');
     t.equal(accepted.code, 0, `--allow-unanchored: ${accepted.out}`);
-    t.match(accepted.out, /WARNING.*no anchor/);
+    t.match(accepted.out, /WARNING.*no anchor.*tokenproxy migrate anchors it/);
+    const created = await s.call('POST', '/tokens', { body: { type: 'token', data: 'audit-anchor-test', containers: ['/general/'] } });
+    const refused = await s.call('GET', `/tokens/${created.body.id as string}`, { key: KEYS.private });
+    t.equal(refused.status, 503, 'a reveal onto the unanchored head is refused');
+    let migrateOut = '';
+    const migrated = await runCli(['migrate', '--config', config], { out: (x) => void (migrateOut += x), err: (x) => void (migrateOut += x), stdin: () => '' });
+    t.equal(migrated, 0, `tokenproxy migrate: ${migrateOut}`);
+    t.match(migrateOut, /anchored the audit chain head of 1 tenant/);
+    t.equal((await verify()).code, 0, 'migrate anchored the head');
     await reveal(t, s, 1);
     const upgraded = await verify();
-    t.equal(upgraded.code, 0, `the next append anchors the head: ${upgraded.out}`);
+    t.equal(upgraded.code, 0, `appends go on from the anchored head: ${upgraded.out}`);
     t.match(upgraded.out, /9 audit event\(s\), chain intact, head 9:\S+ \(anchored\)/);
 
     // The signed head is logged once more at shutdown.

@@ -6,7 +6,7 @@
 import type Database from 'better-sqlite3';
 import type { AuditAnchorSigner } from '../audit.js';
 import {
-  chain, decodeEvent, TenantSerialAppender, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditPageResult, type StoredAuditHead,
+  chainAnchored, decodeEvent, TenantSerialAppender, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditHead, type AuditPageResult, type StoredAuditHead,
 } from '../audit.js';
 import { checkPage, decodeCursor, encodeCursor } from '../codec.js';
 import type { AuditPage, AuditPort } from '../types.js';
@@ -46,18 +46,27 @@ export class EmbeddedAudit implements AuditPort {
 
   /**
    * Chained and anchored here, on the main thread (the anchor's key never reaches the writer), from
-   * the head this connection reads; the writer stores them only while that is still the head (in
-   * workers mode another process may have appended meanwhile: then again from the new head).
+   * the head this connection reads, once that head's anchor is checked (store/audit.ts
+   * chainAnchored); the writer stores them only while that is still the head (in workers mode
+   * another process may have appended meanwhile: then again from the new head, checked again).
    */
   async #appendAudit(tenantId: string, inputs: AuditEventInput[], sign: AuditAnchorSigner): Promise<AuditEvent[]> {
     for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
       const current = await this.auditHead(tenantId);
-      const { events, head } = chain(current, inputs);
+      const { events, head } = chainAnchored(tenantId, current, inputs, sign);
       const expect = current === null ? null : { seq: current.seq, hash: current.hash };
-      const written = await this.#c.write({ op: 'audit', tenant_id: tenantId, expect, events, head: { ...head, anchor: sign(tenantId, head) } }, (v) => v === true);
+      const written = await this.#c.write({ op: 'audit', tenant_id: tenantId, expect, events, head }, (v) => v === true);
       if (written) return events;
     }
     throw new StoreUnavailableError('the audit chain head kept moving; the append was not written');
+  }
+
+  async anchorAuditHead(tenantId: string, head: AuditHead, sign: AuditAnchorSigner): Promise<boolean> {
+    const current = await this.auditHead(tenantId);
+    if (current === null || current.anchor !== null || current.seq !== head.seq || current.hash !== head.hash) return false;
+    // The append's compare-and-set with no event: the head stays, its anchor is added.
+    const expect = { seq: head.seq, hash: head.hash };
+    return this.#c.write({ op: 'audit', tenant_id: tenantId, expect, events: [], head: { ...expect, anchor: sign(tenantId, expect) } }, (v) => v === true);
   }
 
   async listAudit(tenantId: string, filter: AuditFilter, page: AuditPage): Promise<AuditPageResult> {

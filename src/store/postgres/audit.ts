@@ -2,8 +2,8 @@
  * The audit chain in PostgreSQL (issue 24; store/audit.ts for the chain itself).
  *
  * An append is one transaction: the tenant's head row is locked (SELECT … FOR UPDATE; a tenant's
- * first append creates it at seq 0 first, so there is always a row to lock), the events are
- * chained from it and anchored, then the events and the new head are written. Appends from any
+ * first append creates it at seq 0 first, so there is always a row to lock), its anchor is
+ * checked, the events are chained from it and anchored, then the events and the new head are written. Appends from any
  * number of processes queue on that row lock and form one chain; within a process they are also
  * batched per tenant (TenantSerialAppender), so the lock is taken once per batch.
  *
@@ -12,8 +12,8 @@
 import type pg from 'pg';
 import type { AuditAnchorSigner } from '../audit.js';
 import {
-  chain, GENESIS_HASH, TenantSerialAppender, type AuditAction, type AuditEvent, type AuditEventInput, type AuditFilter,
-  type AuditPageResult, type StoredAuditHead,
+  AuditHeadRefusedError, chainAnchored, GENESIS_HASH, TenantSerialAppender, type AuditAction, type AuditEvent, type AuditEventInput, type AuditFilter,
+  type AuditHead, type AuditPageResult, type StoredAuditHead,
 } from '../audit.js';
 import { checkPage, decodeCursor, encodeCursor } from '../codec.js';
 import type { AuditPage, AuditPort } from '../types.js';
@@ -56,16 +56,35 @@ export class PostgresAudit implements AuditPort {
   #append(tenantId: string, inputs: AuditEventInput[], sign: AuditAnchorSigner): Promise<AuditEvent[]> {
     const created = inputs.map((e) => Date.parse(e.created_at));
     if (created.some((ms) => !Number.isFinite(ms))) return Promise.reject(new TypeError('created_at is not a valid ISO 8601 date'));
-    return transaction(this.pool, async (c) => {
+    return this.#locked(tenantId, inputs, sign, created);
+  }
+
+  /**
+   * The append's transaction. A head whose anchor does not check comes back as the refusal and is
+   * thrown once the transaction (which wrote nothing) has committed: a refusal then neither
+   * destroys the pooled connection nor holds the row lock.
+   */
+  async #locked(tenantId: string, inputs: AuditEventInput[], sign: AuditAnchorSigner, created: number[]): Promise<AuditEvent[]> {
+    const out = await transaction(this.pool, async (c): Promise<AuditEvent[] | AuditHeadRefusedError> => {
       await c.query(
         'INSERT INTO tokenproxy.audit_heads (tenant_id, seq, hash) VALUES ($1, 0, $2) ON CONFLICT (tenant_id) DO NOTHING',
         [tenantId, Buffer.from(GENESIS_HASH, 'hex')],
       );
-      const locked = await c.query<{ seq: string; hash: Buffer }>('SELECT seq, hash FROM tokenproxy.audit_heads WHERE tenant_id = $1 FOR UPDATE', [tenantId]);
+      const locked = await c.query<{ seq: string; hash: Buffer; anchor: string | null }>(
+        'SELECT seq, hash, anchor FROM tokenproxy.audit_heads WHERE tenant_id = $1 FOR UPDATE', [tenantId],
+      );
       const row = locked.rows[0]!;
-      const current = Number(row.seq) === 0 ? null : { seq: Number(row.seq), hash: row.hash.toString('hex') };
-      const { events, head } = chain(current, inputs);
-      const anchor = sign(tenantId, head);
+      const current = Number(row.seq) === 0 ? null : { seq: Number(row.seq), hash: row.hash.toString('hex'), anchor: row.anchor };
+      // The locked head's anchor is checked before anything is chained onto it (store/audit.ts).
+      let chained: ReturnType<typeof chainAnchored>;
+      try {
+        chained = chainAnchored(tenantId, current, inputs, sign);
+      } catch (err) {
+        if (err instanceof AuditHeadRefusedError) return err;
+        throw err;
+      }
+      const { events, head } = chained;
+      const anchor = head.anchor;
       await c.query(
         `INSERT INTO tokenproxy.audit_events (tenant_id, seq, prev_hash, application_id, action, token_ids, destination, request_id, created_at, created_ms)
          SELECT $1, e.seq, decode(e.prev_hash, 'hex'), e.application_id, e.action, ARRAY(SELECT jsonb_array_elements_text(e.token_ids)),
@@ -79,6 +98,16 @@ export class PostgresAudit implements AuditPort {
       ]);
       return events;
     });
+    if (out instanceof AuditHeadRefusedError) throw out;
+    return out;
+  }
+
+  async anchorAuditHead(tenantId: string, head: AuditHead, sign: AuditAnchorSigner): Promise<boolean> {
+    const r = await query(
+      this.pool, 'UPDATE tokenproxy.audit_heads SET anchor = $4 WHERE tenant_id = $1 AND seq = $2 AND hash = $3 AND anchor IS NULL AND seq > 0',
+      [tenantId, head.seq, Buffer.from(head.hash, 'hex'), sign(tenantId, head)],
+    );
+    return r.rowCount === 1;
   }
 
   async listAudit(tenantId: string, filter: AuditFilter, page: AuditPage): Promise<AuditPageResult> {

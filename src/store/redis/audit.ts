@@ -4,8 +4,8 @@
  */
 import type { AuditAnchorSigner } from '../audit.js';
 import {
-  auditMatches, chain, decodeEvent, encodeEvent, TenantSerialAppender,
-  type AuditEvent, type AuditEventInput, type AuditFilter, type AuditPageResult, type StoredAuditHead,
+  auditMatches, chainAnchored, decodeEvent, encodeEvent, TenantSerialAppender,
+  type AuditEvent, type AuditEventInput, type AuditFilter, type AuditHead, type AuditPageResult, type StoredAuditHead,
 } from '../audit.js';
 import { checkPage, decodeCursor, encodeCursor } from '../codec.js';
 import type { AuditPage, AuditPort } from '../types.js';
@@ -47,11 +47,22 @@ export class RedisAudit implements AuditPort {
     const keys = [this.#c.t(tenantId, 'audit'), this.#c.t(tenantId, 'audithead')];
     for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
       const raw = await this.#c.call(() => this.#c.client.get(keys[1]!));
-      const { events, head } = chain(parseHead(raw), inputs);
-      const ok = await this.#c.eval(APPEND_AUDIT, keys, [raw ?? '', `${head.seq} ${head.hash} ${sign(tenantId, head)}`, ...events.map(encodeEvent)], true);
+      // The head read is checked against its anchor before anything is chained onto it (store/audit.ts).
+      const { events, head } = chainAnchored(tenantId, parseHead(raw), inputs, sign);
+      const ok = await this.#c.eval(APPEND_AUDIT, keys, [raw ?? '', `${head.seq} ${head.hash} ${head.anchor}`, ...events.map(encodeEvent)], true);
       if (Number(ok) === 1) return events;
     }
     throw new StoreUnavailableError('the audit chain head kept moving; the append was not written');
+  }
+
+  async anchorAuditHead(tenantId: string, head: AuditHead, sign: AuditAnchorSigner): Promise<boolean> {
+    const keys = [this.#c.t(tenantId, 'audit'), this.#c.t(tenantId, 'audithead')];
+    const raw = await this.#c.call(() => this.#c.client.get(keys[1]!));
+    const current = parseHead(raw);
+    if (current === null || current.anchor !== null || current.seq !== head.seq || current.hash !== head.hash) return false;
+    // The append's compare-and-set with no event: the head stays, its anchor is added.
+    const ok = await this.#c.eval(APPEND_AUDIT, keys, [raw ?? '', `${head.seq} ${head.hash} ${sign(tenantId, head)}`], true);
+    return Number(ok) === 1;
   }
 
   async listAudit(tenantId: string, filter: AuditFilter, page: AuditPage): Promise<AuditPageResult> {
