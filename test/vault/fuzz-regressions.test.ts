@@ -51,7 +51,7 @@ t.test('Redis store: metadata with a lone surrogate is 400 naming the field, not
   // As a Redis store written before the vault refused it holds it: through the store's port.
   const store = await RedisStore.connect({ url: redis.url, keyPrefix: `${redis.prefix}port:` });
   t.teardown(() => store.close());
-  for (const metadata of [{ k: '\ud800' }, { '\udfff': 'v' }]) {
+  for (const metadata of [{ k: '\ud800' }, { '\udfff': 'v' }] as Array<Record<string, string>>) {
     const rec = makeRecord({ metadata });
     await store.tokens.insertMany([rec]);
     t.same((await store.tokens.get(TENANT_A, rec.id))?.metadata, metadata, 'read back as written');
