@@ -73,12 +73,12 @@ export class AuditTrail {
     } catch (err) {
       const refused = headRefusal(err);
       if (refused) {
-        this.log?.error(
-          { tenant_id: tenantId, audit_refused: refused.reason },
-          refused.reason === 'mismatch'
-            ? `audit chain head refused: it does not match its anchor (rewritten in the store, or another master key); no event is appended for this tenant, and its reveals and uses fail, until the trail is restored. Run tokenproxy verify-audit --tenant ${tenantId}`
-            : `audit chain head refused: it carries no anchor (a store from before anchoring: run tokenproxy migrate, which anchors it; or the anchor was removed); no event is appended for this tenant until then. Run tokenproxy verify-audit --tenant ${tenantId}`,
-        );
+        const why = {
+          mismatch: 'it does not match its anchor (rewritten in the store, or another master key); no event is appended for this tenant, and its reveals and uses fail, until the trail is restored',
+          unanchored: 'it carries no anchor (a store from before anchoring: run tokenproxy migrate, which anchors it; or the anchor was removed); no event is appended for this tenant until then',
+          missing: 'the tenant\'s events are in the store but its chain head is not (removed); no event is appended for this tenant, and its reveals and uses fail, until the trail is restored',
+        }[refused.reason];
+        this.log?.error({ tenant_id: tenantId, audit_refused: refused.reason }, `audit chain head refused: ${why}. Run tokenproxy verify-audit --tenant ${tenantId}`);
       }
       throw err;
     }

@@ -105,10 +105,12 @@ export function chain(head: AuditHead | null, inputs: readonly AuditEventInput[]
  * write failure does (503 store_unavailable); the message names the tenant, never a value.
  */
 export class AuditHeadRefusedError extends StoreUnavailableError {
-  constructor(readonly tenantId: string, readonly reason: 'mismatch' | 'unanchored') {
+  constructor(readonly tenantId: string, readonly reason: 'mismatch' | 'unanchored' | 'missing') {
     super(reason === 'mismatch'
       ? `the audit chain head of tenant ${tenantId} does not match its anchor: the head was rewritten in the store (events removed or changed at the end), or the store was written under another master key; nothing was appended. Run tokenproxy verify-audit --tenant ${tenantId}`
-      : `the audit chain head of tenant ${tenantId} carries no anchor: a store written before anchoring (tokenproxy migrate anchors it), or the anchor was removed; nothing was appended. Run tokenproxy verify-audit --tenant ${tenantId}`);
+      : reason === 'unanchored'
+        ? `the audit chain head of tenant ${tenantId} carries no anchor: a store written before anchoring (tokenproxy migrate anchors it), or the anchor was removed; nothing was appended. Run tokenproxy verify-audit --tenant ${tenantId}`
+        : `the audit trail of tenant ${tenantId} holds events but no chain head: the head was removed from the store; nothing was appended. Run tokenproxy verify-audit --tenant ${tenantId}`);
     this.name = 'AuditHeadRefusedError';
   }
 }
@@ -120,9 +122,16 @@ export function anchorMatches(sign: AuditAnchorSigner, tenantId: string, head: A
   return want.length === got.length && timingSafeEqual(want, got);
 }
 
-/** Throws AuditHeadRefusedError unless `head` (null: an empty chain) carries its anchor under `sign`. */
-export function checkHeadAnchor(tenantId: string, head: StoredAuditHead | null, sign: AuditAnchorSigner): void {
-  if (head === null) return;
+/**
+ * Throws AuditHeadRefusedError unless `head` carries its anchor under `sign`. A null head is an
+ * empty chain, unless `orphanEvents` (the store holds events of the tenant all the same: the head
+ * was removed).
+ */
+export function checkHeadAnchor(tenantId: string, head: StoredAuditHead | null, sign: AuditAnchorSigner, orphanEvents = false): void {
+  if (head === null) {
+    if (orphanEvents) throw new AuditHeadRefusedError(tenantId, 'missing');
+    return;
+  }
   if (head.anchor === null) throw new AuditHeadRefusedError(tenantId, 'unanchored');
   if (!anchorMatches(sign, tenantId, head, head.anchor)) throw new AuditHeadRefusedError(tenantId, 'mismatch');
 }
@@ -131,8 +140,10 @@ export function checkHeadAnchor(tenantId: string, head: StoredAuditHead | null, 
  * chain() for an append: the current head's anchor checked first (from the head the store already
  * read in the same step: no extra round trip), the new head anchored.
  */
-export function chainAnchored(tenantId: string, current: StoredAuditHead | null, inputs: readonly AuditEventInput[], sign: AuditAnchorSigner): { events: AuditEvent[]; head: StoredAuditHead } {
-  checkHeadAnchor(tenantId, current, sign);
+export function chainAnchored(
+  tenantId: string, current: StoredAuditHead | null, inputs: readonly AuditEventInput[], sign: AuditAnchorSigner, orphanEvents = false,
+): { events: AuditEvent[]; head: StoredAuditHead } {
+  checkHeadAnchor(tenantId, current, sign, orphanEvents);
   const { events, head } = chain(current, inputs);
   return { events, head: { ...head, anchor: sign(tenantId, head) } };
 }

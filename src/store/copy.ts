@@ -102,14 +102,16 @@ const sameKey = (a: WrappedDataKey, b: WrappedDataKey): boolean => a.kid === b.k
  * target, which would then verify; a head without one (a store from before anchoring) is
  * anchored by `tokenproxy migrate` on the source first.
  */
-function checkSourceHead(tenant: string, head: StoredAuditHead | null, sign: AuditAnchorSigner): void {
+function checkSourceHead(tenant: string, head: StoredAuditHead | null, sign: AuditAnchorSigner, orphanEvents = false): void {
   try {
-    checkHeadAnchor(tenant, head, sign);
+    checkHeadAnchor(tenant, head, sign, orphanEvents);
   } catch (err) {
     if (!(err instanceof AuditHeadRefusedError)) throw err;
     throw new CopyRefusedError(err.reason === 'mismatch'
       ? `the source's audit chain head of tenant ${tenant} does not match its anchor (the head was rewritten in the source, or the source is another master key's): run tokenproxy verify-audit --tenant ${tenant} on the source`
-      : `the source's audit chain head of tenant ${tenant} carries no anchor (a store from before anchoring, or the anchor was removed): run tokenproxy migrate on the source, which anchors it, and tokenproxy verify-audit --tenant ${tenant}`);
+      : err.reason === 'unanchored'
+        ? `the source's audit chain head of tenant ${tenant} carries no anchor (a store from before anchoring, or the anchor was removed): run tokenproxy migrate on the source, which anchors it, and tokenproxy verify-audit --tenant ${tenant}`
+        : `the source's audit trail of tenant ${tenant} holds events but no chain head (the head was removed from the source): run tokenproxy verify-audit --tenant ${tenant} on the source`);
   }
 }
 
@@ -118,7 +120,10 @@ function checkSourceHead(tenant: string, head: StoredAuditHead | null, sign: Aud
  * whose key ring, tokens or audit trail are not (a prefix of) the source's.
  */
 export async function preflight(from: Store, to: Store, tenants: readonly string[], sign: AuditAnchorSigner): Promise<void> {
-  for (const tenant of tenants) checkSourceHead(tenant, await from.audit.auditHead(tenant), sign);
+  for (const tenant of tenants) {
+    const head = await from.audit.auditHead(tenant);
+    checkSourceHead(tenant, head, sign, head === null && (await from.audit.auditRange(tenant, null, 1)).items.length > 0);
+  }
   await ringPlan(from, to);
   for (const tenant of tenants) {
     // The target's newest tokens: each must be the source's, as it is there.

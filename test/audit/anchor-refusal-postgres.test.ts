@@ -13,7 +13,7 @@ if (server) {
   const dir = mkdtempSync(join(tmpdir(), 'tp-anchor-refusal-pg-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   // Every database before the first subtest: tap's root test must not wait on anything between subtests.
-  const dbs = [await server.database(t), await server.database(t)];
+  const dbs = [await server.database(t), await server.database(t), await server.database(t)];
   runAnchorRefusalSuite(t, 'postgres', dir, async (t) => {
     const db = dbs.shift()!;
     const s = await startTestService(t, { postgres: db });

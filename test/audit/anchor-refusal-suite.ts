@@ -10,7 +10,8 @@
  *     `tokenproxy store copy` from that store exits 1 and writes nothing to the target; the trail
  *     put back as it was, reveals work again;
  *   - the head's anchor removed (what a version without anchors left): reveals are refused the
- *     same way, and so is a copy, until `tokenproxy migrate` anchors the head (the upgrade path).
+ *     same way, and so is a copy, until `tokenproxy migrate` anchors the head (the upgrade path);
+ *   - the head removed, the events left: refused the same way (not taken for a first append).
  */
 import type { Test } from 'tap';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -32,6 +33,8 @@ export interface Tamper {
   truncate(keep: number): Promise<void>;
   /** Removes the head's anchor (what a version without anchors wrote). */
   stripAnchor(): Promise<void>;
+  /** Removes the head, leaving the events. */
+  removeHead(): Promise<void>;
   /** Saves the tenant's events and head; the function puts them back. */
   snapshot(): Promise<() => Promise<void>>;
   /** The store section of a config that reaches it. */
@@ -48,6 +51,11 @@ export function tamperOf(raw: RawStore): Tamper {
       await raw.setHead(keep, eventHash(decodeEvent(events[keep - 1]!)!));
     },
     stripAnchor: () => raw.stripHead(),
+    removeHead: async () => {
+      const events = await raw.events();
+      await raw.wipe();
+      await raw.setEvents(events);
+    },
     snapshot: () => raw.snapshot(),
     storeConfig: raw.storeConfig,
   };
@@ -85,6 +93,7 @@ export function postgresTamper(url: string, tenant: string): Tamper {
       await c.query('UPDATE tokenproxy.audit_heads SET seq = $2, hash = $3 WHERE tenant_id = $1', [tenant, keep, Buffer.from(eventHash(last), 'hex')]);
     }),
     stripAnchor: () => withClient(async (c) => void (await c.query('UPDATE tokenproxy.audit_heads SET anchor = NULL WHERE tenant_id = $1', [tenant]))),
+    removeHead: () => withClient(async (c) => void (await c.query('DELETE FROM tokenproxy.audit_heads WHERE tenant_id = $1', [tenant]))),
     snapshot: () => withClient(async (c) => {
       const events = (await c.query('SELECT * FROM tokenproxy.audit_events WHERE tenant_id = $1', [tenant])).rows as Array<Record<string, unknown>>;
       const heads = (await c.query('SELECT * FROM tokenproxy.audit_heads WHERE tenant_id = $1', [tenant])).rows as Array<Record<string, unknown>>;
@@ -226,6 +235,29 @@ export function runAnchorRefusalSuite(t: Test, name: string, dir: string, start:
 
     const served = await s.call('GET', `/tokens/${id}`, { key: KEYS.private });
     t.equal(served.status, 200, 'once anchored, reveals are served');
+    t.equal(await tamper.count(), 4);
+  });
+
+  t.test(`${name}: events whose head was removed are not chained onto or copied`, async (t) => {
+    const { s, tamper } = await start(t);
+    const id = await reveals(t, s, 3);
+    const restore = await tamper.snapshot();
+    await tamper.removeHead();
+
+    const logged = s.logs().length;
+    const r = await s.call('GET', `/tokens/${id}`, { key: KEYS.private });
+    t.equal(r.status, 503, `a reveal onto events without a head is refused: ${r.text}`);
+    t.equal(r.body?.code, 'store_unavailable');
+    t.equal(await tamper.count(), 3, 'nothing was appended');
+    const alerts = errorLines(s, logged).filter((l) => typeof l.msg === 'string' && l.msg.includes('verify-audit'));
+    t.equal(alerts.length, 1, `one alert at error level: ${s.logs().slice(logged)}`);
+    t.equal(alerts[0]?.audit_refused, 'missing');
+
+    await copyRefused(t, s, tamper, /no chain head/);
+
+    await restore();
+    const again = await s.call('GET', `/tokens/${id}`, { key: KEYS.private });
+    t.equal(again.status, 200, 'the head put back: reveals work again');
     t.equal(await tamper.count(), 4);
   });
 }

@@ -22,6 +22,7 @@ export class EmbeddedAudit implements AuditPort {
   readonly #list: Database.Statement<[Params], { event: string; seq: number }>;
   readonly #range: Database.Statement<[string, number, number], { event: string; seq: number }>;
   readonly #head: Database.Statement<[string], StoredAuditHead>;
+  readonly #any: Database.Statement<[string], { one: number }>;
   /** One compare-and-set append per tenant at a time from this process (store/audit.ts). */
   readonly #audit = new TenantSerialAppender((tenantId, inputs, sign) => this.#appendAudit(tenantId, inputs, sign));
 
@@ -37,6 +38,7 @@ export class EmbeddedAudit implements AuditPort {
       'SELECT seq, event FROM audit_events WHERE tenant_id = ? AND seq > ? ORDER BY seq LIMIT ?',
     );
     this.#head = db.prepare<[string], StoredAuditHead>('SELECT seq, hash, anchor FROM audit_heads WHERE tenant_id = ?');
+    this.#any = db.prepare<[string], { one: number }>('SELECT 1 AS one FROM audit_events WHERE tenant_id = ? LIMIT 1');
   }
 
   appendAudit(tenantId: string, events: AuditEventInput[], sign: AuditAnchorSigner): Promise<AuditEvent[]> {
@@ -53,7 +55,9 @@ export class EmbeddedAudit implements AuditPort {
   async #appendAudit(tenantId: string, inputs: AuditEventInput[], sign: AuditAnchorSigner): Promise<AuditEvent[]> {
     for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
       const current = await this.auditHead(tenantId);
-      const { events, head } = chainAnchored(tenantId, current, inputs, sign);
+      // No head: a tenant's first append, unless its events are there (the head was removed).
+      const orphans = current === null && this.#c.run(() => this.#any.get(tenantId)) !== undefined;
+      const { events, head } = chainAnchored(tenantId, current, inputs, sign, orphans);
       const expect = current === null ? null : { seq: current.seq, hash: current.hash };
       const written = await this.#c.write({ op: 'audit', tenant_id: tenantId, expect, events, head }, (v) => v === true);
       if (written) return events;

@@ -76,9 +76,12 @@ export class PostgresAudit implements AuditPort {
       const row = locked.rows[0]!;
       const current = Number(row.seq) === 0 ? null : { seq: Number(row.seq), hash: row.hash.toString('hex'), anchor: row.anchor };
       // The locked head's anchor is checked before anything is chained onto it (store/audit.ts).
+      // No head: a tenant's first append (one query more, then only), unless its events are there (the head was removed).
+      const orphans = current === null
+        && (await c.query('SELECT 1 FROM tokenproxy.audit_events WHERE tenant_id = $1 LIMIT 1', [tenantId])).rows.length > 0;
       let chained: ReturnType<typeof chainAnchored>;
       try {
-        chained = chainAnchored(tenantId, current, inputs, sign);
+        chained = chainAnchored(tenantId, current, inputs, sign, orphans);
       } catch (err) {
         if (err instanceof AuditHeadRefusedError) return err;
         throw err;

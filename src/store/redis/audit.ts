@@ -4,7 +4,7 @@
  */
 import type { AuditAnchorSigner } from '../audit.js';
 import {
-  auditMatches, chainAnchored, decodeEvent, encodeEvent, TenantSerialAppender,
+  AuditHeadRefusedError, auditMatches, chainAnchored, decodeEvent, encodeEvent, TenantSerialAppender,
   type AuditEvent, type AuditEventInput, type AuditFilter, type AuditHead, type AuditPageResult, type StoredAuditHead,
 } from '../audit.js';
 import { checkPage, decodeCursor, encodeCursor } from '../codec.js';
@@ -20,11 +20,13 @@ function parseHead(raw: string | null): StoredAuditHead | null {
 /**
  * Audit append as a compare-and-set on the chain head (Redis' Lua has no SHA-256, so the chain is
  * computed by the caller from the head it read): ARGV[1] the head it read ('' for none), ARGV[2]
- * the new head, ARGV[3..] the events. Answers 0, writing nothing, when the head moved meanwhile.
+ * the new head, ARGV[3..] the events. Answers 0, writing nothing, when the head moved meanwhile;
+ * -1, writing nothing, when there is no head but there are events (the head was removed).
  */
 const APPEND_AUDIT = `
 local head = redis.call('GET', KEYS[2])
 if (head or '') ~= ARGV[1] then return 0 end
+if not head and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 for i = 3, #ARGV do redis.call('RPUSH', KEYS[1], ARGV[i]) end
 redis.call('SET', KEYS[2], ARGV[2])
 return 1`;
@@ -51,6 +53,7 @@ export class RedisAudit implements AuditPort {
       const { events, head } = chainAnchored(tenantId, parseHead(raw), inputs, sign);
       const ok = await this.#c.eval(APPEND_AUDIT, keys, [raw ?? '', `${head.seq} ${head.hash} ${head.anchor}`, ...events.map(encodeEvent)], true);
       if (Number(ok) === 1) return events;
+      if (Number(ok) === -1) throw new AuditHeadRefusedError(tenantId, 'missing');
     }
     throw new StoreUnavailableError('the audit chain head kept moving; the append was not written');
   }
