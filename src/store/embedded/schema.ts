@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS audit_heads (tenant_id TEXT PRIMARY KEY, seq INTEGER 
 
 /**
  * Version 5 (issue 23): each head's anchor (crypto/audit-anchor.ts). Heads written before it have none
- * (NULL) until the tenant's next append anchors the head it writes.
+ * (NULL) until `tokenproxy migrate` anchors them (audit/anchor-heads.ts); appends refuse them until then.
  */
 const MIGRATE_V5 = 'ALTER TABLE audit_heads ADD COLUMN anchor TEXT;';
 
