@@ -55,11 +55,12 @@ function isObject(v: unknown): v is Record<string, unknown> {
  * caller needs token:use on every token named, and without reveal only the filters that tell
  * nothing of the value (issue 23); the reactor's answer is not scanned.
  */
-async function detokenizeArgs(detokenizer: Detokenizer, ctx: ApiContext, args: unknown): Promise<{ args: unknown; used: boolean }> {
+async function detokenizeArgs(detokenizer: Detokenizer, ctx: ApiContext, args: unknown): Promise<{ args: unknown; used: boolean; revealsAll: boolean }> {
   const scan = new ExpressionScan().json(args);
-  if (scan.ids.length === 0) return { args: scan.renderSync({ tokens: new Map(), detailed: true }).json(args), used: false };
+  if (scan.ids.length === 0) return { args: scan.renderSync({ tokens: new Map(), detailed: true }).json(args), used: false, revealsAll: true };
   const resolved = await detokenizer.resolveForUse(ctx.principal, scan, { action: 'reactor.args', requestId: ctx.requestId });
-  return { args: (await scan.render(resolved)).json(args), used: true };
+  // `detailed`: the key reads every token it named with reveal (detokenize/service.ts revealsAll).
+  return { args: (await scan.render(resolved)).json(args), used: true, revealsAll: resolved.detailed };
 }
 
 const noReactor = () => new ServiceError('not_found', { detail: 'No reactor with this id' });
@@ -70,8 +71,13 @@ const noReactor = () => new ServiceError('not_found', { detail: 'No reactor with
  */
 export interface PreparedCall {
   input: { args: unknown } | { argsJson: string };
-  /** The args held detokenized values: errors carry no text of the reactor's code (issue 23). */
+  /** The args held detokenized values: errors carry no text of the reactor's code. */
   detokenized: boolean;
+  /**
+   * The key may read with reveal every token the args named (always true when they named none):
+   * otherwise the call computed on values the key may only use, and its `tokenize` is refused.
+   */
+  revealsAll: boolean;
   /** The args' string values (cut out of the withheld error's log line). */
   values: () => string[];
 }
@@ -88,16 +94,17 @@ export async function prepareCall(ctx: ApiContext, detokenizer: Detokenizer | un
   // A large body was checked and its args serialized in the JSON worker (src/http/large-json.ts).
   // Only a body that holds "{{" can hold an expression: the large path stays off this thread otherwise.
   if (body instanceof ReactorArgsJson && !(detokenizer && body.argsJson.includes('{{'))) {
-    return { input: { argsJson: body.argsJson }, detokenized: false, values: () => [] };
+    return { input: { argsJson: body.argsJson }, detokenized: false, revealsAll: true, values: () => [] };
   }
   let args: unknown;
   if (body instanceof ReactorArgsJson) args = body.argsJson === '' ? undefined : JSON.parse(body.argsJson);
   else if (!isObject(body)) throw new ServiceError('validation_failed', { detail: BODY_DETAIL });
   else args = body.args;
   let detokenized = false;
-  if (detokenizer) ({ args, used: detokenized } = await detokenizeArgs(detokenizer, ctx, args));
+  let revealsAll = true;
+  if (detokenizer) ({ args, used: detokenized, revealsAll } = await detokenizeArgs(detokenizer, ctx, args));
   const ready = args;
-  return { input: { args: ready }, detokenized, values: () => stringLeaves(ready) };
+  return { input: { args: ready }, detokenized, revealsAll, values: () => stringLeaves(ready) };
 }
 
 /**
@@ -120,11 +127,12 @@ export async function runCall(runtime: ReactorRuntime, tokens: TokenService, ctx
     throw new ServiceError('reactor_invalid_output', { detail: 'A reactor must return an object {raw?, tokenize?}' });
   }
   const out = result ?? {};
-  // Issue 31: what the reactor tokenizes counts on the caller's creating rules, as /tokenize.
+  // What the reactor tokenizes counts on the caller's creating rules, as /tokenize.
   if (out.tokenize !== undefined) await countReactorTokenize(ctx);
-  // Detokenized args may have put plaintext the caller may not read into what the reactor
-  // tokenizes: then only the types' defaults and named options run over it (access.templatePolicy).
-  const tokensOut = out.tokenize === undefined ? null : await tokens.tokenize(ctx.principal, out.tokenize, call.detokenized ? 'derived' : 'clear');
+  // Args detokenized from tokens the key may only use make everything the reactor returns
+  // computed from them: access.templatePolicy decides what may be tokenized (nothing, then).
+  const origin = call.detokenized && !call.revealsAll ? 'use-only' : 'clear';
+  const tokensOut = out.tokenize === undefined ? null : await tokens.tokenize(ctx.principal, out.tokenize, origin);
   return { raw: out.raw ?? null, tokens: tokensOut };
 }
 

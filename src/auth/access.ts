@@ -175,26 +175,30 @@ export function computeFilters(app: Application, container: string): 'all' | Rea
 }
 
 /**
- * Where the values of a tokenize come from: `clear`, the caller sent them in the request body;
- * `derived`, they may hold plaintext the caller did not send (a reactor's tokenize after its args
- * were detokenized).
+ * Where the values of a tokenize come from: `clear`, the caller sent them in the request body (or
+ * detokenized them from tokens it may read with reveal); `use-only`, they were computed from values
+ * the caller may use but not read (a reactor's tokenize after its args were detokenized).
  */
-export type ValueOrigin = 'clear' | 'derived';
+export type ValueOrigin = 'clear' | 'use-only';
 
 /**
  * Whose templates may run over the values: `caller`, any expression the definitions carry;
- * `named`, the type's defaults and named options only (vault/templates.ts).
+ * `named`, the type's defaults and named options only (vault/templates.ts); `none`, nothing may
+ * be tokenized from them at all.
  */
-export type TemplatePolicy = 'caller' | 'named';
+export type TemplatePolicy = 'caller' | 'named' | 'none';
 
 /**
  * A caller's template (id, fingerprint, mask, search index) computes on a value, and what it
  * yields (an id, a failure, a match) reaches the caller: it may run only over a value the caller
- * sent in the clear. A public key is a browser's, and its values may come from a hosted field the
- * page cannot read (the page chooses the body around them), so it gets `named` whatever it sends;
- * derived values (detokenized into a reactor's args) get `named` whatever the key.
+ * sent in the clear or may reveal. A public key is a browser's, and its values may come from a
+ * hosted field the page cannot read (the page chooses the body around them), so it gets `named`
+ * whatever it sends. Values computed from what the key may only use get `none`: no template rule
+ * keeps them in, since their type and data are the caller's choice too (a piece of a card
+ * tokenized as an account number shows the card's middle digits as the account's last 4; a check
+ * digit over a piece answers 200 or 400 by digits the key may not see).
  */
 export function templatePolicy(app: Application, origin: ValueOrigin): TemplatePolicy {
-  if (origin === 'derived' || app.type === 'public') return 'named';
-  return 'caller';
+  if (origin === 'use-only') return 'none';
+  return app.type === 'public' ? 'named' : 'caller';
 }

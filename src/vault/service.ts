@@ -125,9 +125,13 @@ export class TokenService {
    * (auth/access.ts templatePolicy).
    */
   async tokenize(p: Principal, body: unknown, origin: access.ValueOrigin = 'clear'): Promise<unknown> {
-    const plan = planTokenize(body, {
-      maxDepth: this.opts.maxDepth, maxTokens: p.tenant.max_tokens_per_request, now: this.now(), templates: access.templatePolicy(p.app, origin),
-    });
+    const templates = access.templatePolicy(p.app, origin);
+    if (templates === 'none') {
+      throw new ServiceError('expression_not_allowed', {
+        detail: 'Values computed from tokens this key may use but not read (token:read reveal) cannot be tokenized: what is tokenized from them would show them; nothing was created',
+      });
+    }
+    const plan = planTokenize(body, { maxDepth: this.opts.maxDepth, maxTokens: p.tenant.max_tokens_per_request, now: this.now(), templates });
     const prepared = await this.createAll(p, plan.definitions);
     const style = plan.single ? 'mask' : 'data';
     const results = prepared.map(({ def, record, deduplicatedFrom }) => {

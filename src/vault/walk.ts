@@ -21,9 +21,10 @@ export interface PlanOptions {
   maxTokens: number;
   now: number;
   /**
-   * 'named': the caller may not compute on the values (auth/access.ts templatePolicy), so a
-   * definition that carries a template of its own is refused (403 expression_not_allowed) before
-   * any value is validated. Default 'caller'.
+   * 'named' (or 'none', which the token service refuses before planning): the caller may not
+   * compute on the values (auth/access.ts templatePolicy), so a definition that carries a template
+   * of its own is refused (403 expression_not_allowed) before any value is validated. Default
+   * 'caller'.
    */
   templates?: TemplatePolicy;
 }
@@ -157,7 +158,7 @@ export function planFromSummary(s: WalkSummary, opts: PlanOptions): Plan {
   }
   // Before validation: whether the values are valid must not decide the answer of a caller that
   // may not compute on them.
-  if (opts.templates === 'named' && Object.keys(s.templates).length > 0) {
+  if (opts.templates !== undefined && opts.templates !== 'caller' && Object.keys(s.templates).length > 0) {
     throw new ServiceError('expression_not_allowed', {
       detail: 'This key may not send expressions over values it did not send in the clear: use the type\'s defaults and named aliases; no token was created',
       errors: s.templates,

@@ -7,7 +7,8 @@
  *   as its first 6, X, and its last 4 to a `mask` key;
  * - a public key (a hosted field's) sends no template at all: 403 expression_not_allowed, the same
  *   answer whatever the value, before the value is validated;
- * - a reactor's tokenize of detokenized args gets the same rule, for a key that may only use the card.
+ * - a reactor's tokenize of args detokenized from tokens the key may only use (not read) creates
+ *   nothing at all: templates, named options, or pieces of the card as another type.
  */
 import t from 'tap';
 import { KEYS, baseConfig, startTestService, type TestService } from '../helpers/service.js';
@@ -15,6 +16,7 @@ import { luhnCheckDigit, randomCard } from '../helpers/secrets.js';
 
 const USE_ONLY = 'budget_use_only_key_aaaaaaaaaaaaaaaaa';
 const REDACT = 'budget_redact_key_bbbbbbbbbbbbbbbbbbbb';
+const REVEALER = 'budget_revealer_key_cccccccccccccccccc';
 
 function config(): Record<string, unknown> {
   const c = baseConfig() as { tenants: Array<{ applications: unknown[]; reactors?: unknown[] }> };
@@ -22,6 +24,8 @@ function config(): Record<string, unknown> {
     { id: 'aaaaaaaa-0000-4000-8000-0000000000b1', name: 'use-only', type: 'private', keys: [USE_ONLY], permissions: ['reactor:invoke', 'token:use', 'token:create'] },
     { id: 'aaaaaaaa-0000-4000-8000-0000000000b2', name: 'redact', type: 'private', keys: [REDACT],
       rules: [{ priority: 1, container: '/', transform: 'redact', permissions: ['token:read', 'token:search'] }] },
+    { id: 'aaaaaaaa-0000-4000-8000-0000000000b3', name: 'revealer', type: 'private', keys: [REVEALER], permissions: ['reactor:invoke'],
+      rules: [{ priority: 1, container: '/', transform: 'reveal', permissions: ['token:read', 'token:use', 'token:create'] }] },
   );
   c.tenants[0]!.reactors = [{ id: 'echo-tokenize', name: 'echo-tokenize', code: 'module.exports = async (req) => ({ raw: { ok: true }, tokenize: req.args });' }];
   return c;
@@ -201,14 +205,33 @@ t.test("a use-only key learns nothing through a reactor's tokenize of detokenize
     }
   }
   t.same(answers[0], answers[1], 'the same answers for two cards equal on the budget');
-  // The named options still tokenize: the id keeps the first 6 and last 4 only.
-  const named = await reactorTokenize(s, ids[0]!, { id: '\\{{ data | alias_card }}' });
-  t.equal(named.status, 200, named.text);
-  const aliasId = named.body.tokens.id as string;
-  const kept = shared(aliasId, a);
-  t.ok(kept.first >= 6 && kept.last >= 4, 'alias_card keeps the first 6 and last 4');
-  t.not(aliasId, a);
-  t.notMatch(named.text, a.slice(6, 12));
+  // Nothing computed from a value the key may only use is tokenized, named options included: a
+  // piece of the card as another type shows that type's budget (its "last 4" are the card's
+  // middle digits), and a check digit over a piece answers by digits the key may not see.
+  const pieces = (id: string) => [
+    { id: '\\{{ data | alias_card }}' },
+    { type: 'us_bank_account_number', data: `{{ ${id} | json: '$.number' | slice: 4, 8 }}` },
+    ...[0, 1, 2, 3, 4, 5, 6, 7, 8, 9].map((d) => ({ type: 'card_number', data: `${a.slice(0, 6)}{{ ${id} | json: '$.number' | slice: 6, 1 }}00000000${d}` })),
+  ];
+  const pieceAnswers: string[][] = [[], []];
+  for (const [i, id] of ids.entries()) {
+    for (const probe of pieces(id)) {
+      const r = await reactorTokenize(s, id, probe);
+      t.equal(r.status, 403, r.text);
+      t.equal(r.body.code, 'expression_not_allowed');
+      pieceAnswers[i]!.push(JSON.stringify(r.body));
+    }
+  }
+  t.same(pieceAnswers[0], pieceAnswers[1], 'the same answers whatever the middle digits');
+  const page = await s.call('GET', '/tokens?size=100', { key: KEYS.private });
+  t.equal(page.body.data.length, 2, 'nothing was created but the two cards');
+  // A key that may read the card with reveal computes on it as on its own: its templates run.
+  const revealed = await s.call('POST', '/reactors/echo-tokenize/react', {
+    key: REVEALER, body: { args: { type: 'card_number', data: `{{ ${ids[0]} | json: '$.number' }}`, id: '\\{{ data | alias_preserve_format: 6, 4 }}' } },
+  });
+  t.equal(revealed.status, 200, revealed.text);
+  const kept = shared(revealed.body.tokens.id as string, a);
+  t.ok(kept.first >= 6 && kept.last >= 4, 'its alias keeps the first 6 and last 4');
   // Args the caller sent in the clear keep the caller's templates.
   const clear = await s.call('POST', '/reactors/echo-tokenize/react', {
     key: KEYS.private, body: { args: { type: 'token', data: 'its own value', search_indexes: ['\\{{ data | upcase }}'] } },
