@@ -35,6 +35,8 @@ export interface Tamper {
   stripAnchor(): Promise<void>;
   /** Removes the head, leaving the events. */
   removeHead(): Promise<void>;
+  /** Deletes the last event, leaving the head as it is. */
+  dropLastEvent(): Promise<void>;
   /** Saves the tenant's events and head; the function puts them back. */
   snapshot(): Promise<() => Promise<void>>;
   /** The store section of a config that reaches it. */
@@ -56,6 +58,7 @@ export function tamperOf(raw: RawStore): Tamper {
       await raw.wipe();
       await raw.setEvents(events);
     },
+    dropLastEvent: async () => raw.setEvents((await raw.events()).slice(0, -1)),
     snapshot: () => raw.snapshot(),
     storeConfig: raw.storeConfig,
   };
@@ -94,6 +97,9 @@ export function postgresTamper(url: string, tenant: string): Tamper {
     }),
     stripAnchor: () => withClient(async (c) => void (await c.query('UPDATE tokenproxy.audit_heads SET anchor = NULL WHERE tenant_id = $1', [tenant]))),
     removeHead: () => withClient(async (c) => void (await c.query('DELETE FROM tokenproxy.audit_heads WHERE tenant_id = $1', [tenant]))),
+    dropLastEvent: () => withClient(async (c) => void (await c.query(
+      'DELETE FROM tokenproxy.audit_events WHERE tenant_id = $1 AND seq = (SELECT max(seq) FROM tokenproxy.audit_events WHERE tenant_id = $1)', [tenant],
+    ))),
     snapshot: () => withClient(async (c) => {
       const events = (await c.query('SELECT * FROM tokenproxy.audit_events WHERE tenant_id = $1', [tenant])).rows as Array<Record<string, unknown>>;
       const heads = (await c.query('SELECT * FROM tokenproxy.audit_heads WHERE tenant_id = $1', [tenant])).rows as Array<Record<string, unknown>>;
@@ -223,6 +229,16 @@ export function runAnchorRefusalSuite(t: Test, name: string, dir: string, start:
     await copyRefused(t, s, tamper, /no anchor/);
 
     const config = configFor(s, tamper.storeConfig, 'migrate');
+    // migrate anchors only a chain that checks: with its last event gone, it names the tenant and leaves the head.
+    const unbroken = await tamper.snapshot();
+    await tamper.dropLastEvent();
+    const refused = await inProcess(['migrate', '--config', config]);
+    t.equal(refused.code, 1, `migrate does not anchor a chain that does not check: ${refused.out}`);
+    t.match(refused.out, /the audit chain of tenant \S+ does not check .*its head was not anchored/);
+    t.notMatch(refused.out, /anchored the audit chain head/);
+    await unbroken();
+    t.match((await inProcess(['verify-audit', '--tenant', TENANT_A, '--config', config])).out, /carries no anchor/, 'the head is still unanchored');
+
     const migrated = await inProcess(['migrate', '--config', config]);
     t.equal(migrated.code, 0, `migrate: ${migrated.out}`);
     t.match(migrated.out, /anchored the audit chain head of 1 tenant/);
