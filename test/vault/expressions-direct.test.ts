@@ -17,7 +17,7 @@ function outcome(fn: () => string): string {
 const liquid = (expr: string, data: unknown): string => outcome(() => renderInScope(expr, { data }));
 const direct = (expr: string, data: unknown): string => outcome(() => renderExpression(expr, data));
 
-const exprs = ['{{ data.number }}', '{{data.number}}', '{{  data.a.b  }}', '{{ data.size }}', '{{ data.first }}', '{{ data.a.length }}', '{{ data.constructor }}', '{{ data.__proto__ }}', '{{ data }}', '{{ data.number | last4 }}'];
+const exprs = ['{{ data | digits }}', '{{data|digits}}', '{{ data | digits | size }}', '{{ data.number }}', '{{data.number}}', '{{  data.a.b  }}', '{{ data.size }}', '{{ data.first }}', '{{ data.a.length }}', '{{ data.constructor }}', '{{ data.__proto__ }}', '{{ data }}', '{{ data.number | last4 }}'];
 const datas: unknown[] = [
   { number: '4242424242424242', expiration_month: 12 },
   { number: 4242 },
@@ -26,6 +26,8 @@ const datas: unknown[] = [
   { number: { x: '1' } },
   {},
   'a plain string',
+  '123-45-6789',
+  '٣٤٥ 12',
   { a: { b: 'deep', length: 'L' }, size: 'S', first: 'F' },
   { a: 'not an object', size: 3 },
   [1, 2, 3],
