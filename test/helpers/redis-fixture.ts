@@ -43,7 +43,10 @@ export function redisFixtureExpected(): RedisFixture {
 
 /** Writes the fixture's keys under `prefix` (to one server's URL, or through a Cluster client); returns how many. */
 export async function loadRedisFixture(target: string | Cluster, prefix: string): Promise<number> {
-  const { keys } = JSON.parse(readFileSync(new URL('keyspace.json', DIR), 'utf8')) as { keys: FixtureKey[] };
+  const { keys, made_at: madeAt } = JSON.parse(readFileSync(new URL('keyspace.json', DIR), 'utf8')) as { keys: FixtureKey[]; made_at: number };
+  // Expiry times are as of the fixture's making: restored as they were, the 24 h idempotency
+  // record expired the day after. Each keeps the time it had left then.
+  const shift = Date.now() - madeAt;
   const P = (s: string): string => s.split('@@PREFIX@@').join(prefix);
   const client = typeof target === 'string' ? new Redis(target) : target;
   try {
@@ -54,7 +57,7 @@ export async function loadRedisFixture(target: string | Cluster, prefix: string)
       else if (k.type === 'zset') await client.zadd(key, ...(k.value as Array<[string, number]>).flatMap(([m, s]) => [s, P(m)]));
       else if (k.type === 'list') await client.rpush(key, ...(k.value as string[]).map(P));
       else await client.sadd(key, ...(k.value as string[]).map(P));
-      if (k.pexpireat !== null) await client.pexpireat(key, k.pexpireat);
+      if (k.pexpireat !== null) await client.pexpireat(key, k.pexpireat + shift);
     }
     return keys.length;
   } finally {
