@@ -8,7 +8,7 @@
  * atomic step as the events, so removing, editing or reordering any event, the last one included,
  * breaks the chain. Whoever can write the store could rewrite the head too, or recompute the whole
  * chain: so the head also carries an anchor, an HMAC under a key derived from the master key that
- * the store never sees (crypto/audit-anchor.ts, issue 23), written in the same step. And an append
+ * the store never sees (crypto/audit-anchor.ts), written in the same step. And an append
  * checks the anchor of the head it chains onto first (chainAnchored): the service never anchors a
  * head it did not write, so a rewritten head stays detectable instead of being signed over.
  */
