@@ -23,7 +23,10 @@ import { DuplicateTokenError, StoreUnavailableError, type InsertOptions, type Pa
 import { Names } from './names.js';
 import { InsertBatcher, MAX_ROWS } from './insert-batcher.js';
 import { isUniqueViolation, query, storeError, transaction } from './pool.js';
-import { decodeDigest, decodeMetadata, decodeSealed, decodeTime, encodeDigest, encodeMetadata, encodeSealed, encodeTime, metadataFilter, splitId, splitIds } from './wire.js';
+import {
+  decodeDigest, decodeExpression, decodeMetadata, decodeSealed, decodeSearchIndexes, decodeTime, encodeDigest, encodeExpression, encodeMetadata,
+  encodeSealed, encodeSearchIndexes, encodeTime, metadataFilter, splitId, splitIds,
+} from './wire.js';
 
 const T = 'tokenproxy.tokens';
 
@@ -43,9 +46,11 @@ interface Row {
   cvc_expires_text: string | null;
   /** An object, or the escaped form (wire.ts, decodeMetadata). */
   metadata: unknown;
-  search_indexes: string[] | null;
+  /** The list, or [null, its JSON text] (wire.ts, encodeSearchIndexes). */
+  search_indexes: Array<string | null> | null;
   index_hashes: Buffer[] | null;
   fingerprint: Buffer | null;
+  /** Names' numbers, negated for an escaped expression (wire.ts, encodeExpression). */
   fingerprint_expression: number | null;
   mask: number | null;
   created_by: number;
@@ -71,21 +76,46 @@ function nameOf(names: Map<number, string>, no: number | null): string | null {
   return n;
 }
 
+/** The name an expression is numbered under (its JSON text when PostgreSQL's text cannot hold it). */
+const expressionName = (s: string | null): string | null => (s === null ? null : encodeExpression(s).name);
+
+/** An expression's number as the row holds it: negated when the name is its escaped form. */
+function expressionNo(dict: Map<string, number>, s: string | null): number | null {
+  if (s === null) return null;
+  const { name, escaped } = encodeExpression(s);
+  const no = dict.get(name)!;
+  return escaped ? -no : no;
+}
+
+const unsigned = (no: number | null): number | null => (no === null ? null : Math.abs(no));
+
+function expressionOf(names: Map<number, string>, no: number | null): string | null {
+  if (no === null) return null;
+  const s = decodeExpression(nameOf(names, unsigned(no))!, no < 0);
+  if (s === null) throw new StoreUnavailableError('a stored token record is corrupt');
+  return s;
+}
+
+/** The names a record's row refers to, for Names.numbers. */
+const namesOf = (r: StoredToken): Array<string | null> =>
+  [r.tenant_id, expressionName(r.fingerprint_expression), expressionName(r.mask), r.created_by, r.modified_by];
+
 /** The rows' records (their names read in one go). */
 async function decodeRows(names: Names, tenantId: string, rows: Row[], now: number): Promise<StoredToken[]> {
-  const dict = await names.names(rows.flatMap((r) => [r.fingerprint_expression, r.mask, r.created_by, r.modified_by]));
+  const dict = await names.names(rows.flatMap((r) => [unsigned(r.fingerprint_expression), unsigned(r.mask), r.created_by, r.modified_by]));
   return rows.map((r) => {
     const id = r.id ?? r.custom_id;
-    if (id === null || !Buffer.isBuffer(r.sealed)) throw new StoreUnavailableError('a stored token record is corrupt');
+    const searchIndexes = decodeSearchIndexes(r.search_indexes);
+    if (id === null || !Buffer.isBuffer(r.sealed) || searchIndexes === null) throw new StoreUnavailableError('a stored token record is corrupt');
     // A cvc past cvc_expires_at is never returned, whether or not purgeCvc has run yet.
     const cvcLive = r.cvc_expires_ms === null || Number(r.cvc_expires_ms) > now;
     return {
       tenant_id: tenantId, id, type: r.type, container: r.container, sealed: decodeSealed(r.sealed),
       cvc_sealed: cvcLive && r.cvc_sealed !== null ? decodeSealed(r.cvc_sealed) : null,
       cvc_expires_at: decodeTime(r.cvc_expires_ms, r.cvc_expires_text), metadata: decodeMetadata(r.metadata),
-      search_indexes: r.search_indexes ?? [], index_hashes: (r.index_hashes ?? []).map(decodeDigest),
+      search_indexes: searchIndexes, index_hashes: (r.index_hashes ?? []).map(decodeDigest),
       fingerprint: r.fingerprint === null ? null : decodeDigest(r.fingerprint),
-      fingerprint_expression: nameOf(dict, r.fingerprint_expression), mask: nameOf(dict, r.mask),
+      fingerprint_expression: expressionOf(dict, r.fingerprint_expression), mask: expressionOf(dict, r.mask),
       created_by: nameOf(dict, r.created_by)!, created_at: decodeTime(r.created_ms, r.created_text)!,
       modified_by: nameOf(dict, r.modified_by), modified_at: decodeTime(r.modified_ms, r.modified_text), expires_at: decodeTime(r.expires_ms, r.expires_text),
     };
@@ -103,8 +133,8 @@ function values(r: StoredToken, tenant: number, dict: Map<string, number>): unkn
   return [
     tenant, uuid, custom, r.type, r.container, encodeSealed(r.sealed), r.cvc_sealed === null ? null : encodeSealed(r.cvc_sealed),
     cvcExpires.ms, cvcExpires.text, encodeMetadata(r.metadata),
-    r.search_indexes.length === 0 ? null : r.search_indexes, r.index_hashes.length === 0 ? null : r.index_hashes.map(encodeDigest),
-    r.fingerprint === null ? null : encodeDigest(r.fingerprint), no(r.fingerprint_expression), no(r.mask), no(r.created_by),
+    encodeSearchIndexes(r.search_indexes), r.index_hashes.length === 0 ? null : r.index_hashes.map(encodeDigest),
+    r.fingerprint === null ? null : encodeDigest(r.fingerprint), expressionNo(dict, r.fingerprint_expression), expressionNo(dict, r.mask), no(r.created_by),
     created.ms, created.text, no(r.modified_by), modified.ms, modified.text, expires.ms, expires.text,
   ];
 }
@@ -164,7 +194,7 @@ export class PostgresTokens implements TokenPort {
     const twice = repeatedId(records);
     if (twice !== null) throw new DuplicateTokenError(twice);
     // Numbered before the transaction (names.ts): a rolled-back batch leaves no stale cache entry.
-    const dict = await this.#names.numbers(records.flatMap((r) => [r.tenant_id, r.fingerprint_expression, r.mask, r.created_by, r.modified_by]));
+    const dict = await this.#names.numbers(records.flatMap(namesOf));
     const rows = records.map((r) => values(r, dict.get(r.tenant_id)!, dict));
     const plain = !records.some((r, i) => options.dedupe?.[i] === true && r.fingerprint !== null);
     try {
@@ -294,7 +324,7 @@ export class PostgresTokens implements TokenPort {
    */
   async update(record: StoredToken): Promise<boolean> {
     checkDates([record]);
-    const dict = await this.#names.numbers([record.tenant_id, record.fingerprint_expression, record.mask, record.created_by, record.modified_by]);
+    const dict = await this.#names.numbers(namesOf(record));
     const v = values(record, dict.get(record.tenant_id)!, dict);
     const r = await query(
       this.pool,

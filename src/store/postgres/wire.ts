@@ -169,3 +169,54 @@ export function metadataFilter(f: Record<string, string>): string[] {
   if (!jsonbHolds(f)) return [JSON.stringify(marked)];
   return Object.hasOwn(f, MARKED) ? [JSON.stringify(f), JSON.stringify(marked)] : [JSON.stringify(f)];
 }
+
+/**
+ * Expressions (search_indexes in a text[] column; fingerprint_expression and mask as numbers of the
+ * names dictionary, names.ts). PostgreSQL's text refuses U+0000 (SQLSTATE 22021) and the driver
+ * writes a lone surrogate as U+FFFD (it has no UTF-8 form), and the vault refuses both, but an
+ * embedded or Redis store written before it did may hold them, and `store copy` must move such a
+ * token as it is. Such a string is stored as its JSON text (which escapes both), marked where no
+ * row ever held anything before, not inside the text: an expression's number is negated (numbers
+ * are positive identities), a list is [NULL, the list's JSON text] (no list held NULL). So every
+ * string already stored reads as it did, and no expression the vault accepts (such as one that
+ * starts like an escaped form) reads back as another one; every other value is stored as it always
+ * was. Nothing queries these columns by value (search uses index_hashes, deduplication the
+ * fingerprint), and a name is looked up by the text it is stored as.
+ */
+
+/** The name an expression is numbered under, and whether its number is negated (escaped). */
+export function encodeExpression(s: string): { name: string; escaped: boolean } {
+  return holds(s) ? { name: s, escaped: false } : { name: JSON.stringify(s), escaped: true };
+}
+
+/** JSON text as the value it holds; undefined when it is not JSON. */
+function parsed(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The expression of a name (escaped: its number was negated); null when the name cannot be one (a corrupt row). */
+export function decodeExpression(name: string, escaped: boolean): string | null {
+  if (!escaped) return name;
+  const s = parsed(name);
+  return typeof s === 'string' ? s : null;
+}
+
+/** The search_indexes column's value: null for none, the list itself, or [null, its JSON text]. */
+export function encodeSearchIndexes(list: readonly string[]): Array<string | null> | null {
+  if (list.length === 0) return null;
+  return list.every(holds) ? [...list] : [null, JSON.stringify(list)];
+}
+
+const strings = (v: unknown): v is string[] => Array.isArray(v) && v.every((s) => typeof s === 'string');
+
+/** The list a search_indexes column holds; null when it holds neither form (a corrupt row). */
+export function decodeSearchIndexes(v: ReadonlyArray<string | null> | null): string[] | null {
+  if (v === null) return [];
+  if (v[0] !== null) return strings(v) ? v : null;
+  const list = v.length === 2 && typeof v[1] === 'string' ? parsed(v[1]) : undefined;
+  return strings(list) ? list : null;
+}
