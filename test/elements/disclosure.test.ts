@@ -132,7 +132,13 @@ t.test('every other place a page can put a field where a template sees it is ref
   t.equal(body.c.id.slice(0, 6) + body.c.id.slice(-4), card.slice(0, 6) + card.slice(-4), 'alias_card keeps the first 6 and last 4');
   t.same(body.c.metadata, { order: 'o-1' });
   t.match(body.s.id, /^\d{3}-\d{2}-\d{4}$/, 'alias_preserve_format keeps the SSN format');
-  t.equal(holdsAny(JSON.stringify(ok), [...cardLeakWindows(card), ...ssnLeakWindows(ssn)]), undefined, 'and the answer holds nothing beyond the budgets');
+  // The aliases' drawn digits are random: a run of them may equal the card's by chance (the 7th
+  // digit after the kept 6, one time in ten). What they keep is checked above; the scan reads the
+  // rest of the answer, with each alias as its kept characters only.
+  const scrubbed = JSON.stringify(ok)
+    .split(body.c.id).join(`${body.c.id.slice(0, 6)}${'X'.repeat(body.c.id.length - 10)}${body.c.id.slice(-4)}`)
+    .split(body.s.id).join('<drawn SSN alias>');
+  t.equal(holdsAny(scrubbed, [...cardLeakWindows(card), ...ssnLeakWindows(ssn)]), undefined, 'and the answer holds nothing beyond the budgets');
   const read = await p.svc.call('GET', `/tokens/${encodeURIComponent(body.c.id)}`, { key: KEYS.private });
   t.equal(read.body.data.number, card, 'the card read back with a private key');
 });
