@@ -13,7 +13,7 @@
  * head it did not write, so a rewritten head stays detectable instead of being signed over.
  */
 import { hash, timingSafeEqual } from 'node:crypto';
-import { StoreUnavailableError } from './types.js';
+import { StoreUnavailableError } from './unavailable.js';
 
 export type AuditAction = 'token.reveal' | 'token.detokenize' | 'proxy.outbound' | 'proxy.detokenize' | 'reactor.args';
 

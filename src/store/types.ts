@@ -96,13 +96,9 @@ export class DuplicateTokenError extends Error {
   }
 }
 
-/** The store failed (connection, I/O). Messages never carry values. */
-export class StoreUnavailableError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'StoreUnavailableError';
-  }
-}
+// The store failed (connection, I/O): a module of its own, so store/audit.ts can extend it
+// without importing this file, which imports store/audit.ts's types.
+export { StoreUnavailableError } from './unavailable.js';
 
 export interface InsertOptions {
   /** Per record (same index): deduplicate it (it needs a fingerprint). */
