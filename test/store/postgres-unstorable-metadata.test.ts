@@ -12,6 +12,7 @@ import { postgresForFile } from '../helpers/postgres.js';
 import { makeRecord, TENANT_A } from './contract.js';
 import { PostgresStore } from '../../src/store/postgres/index.js';
 import { EmbeddedStore } from '../../src/store/embedded/index.js';
+import { SQLITE_PACKAGE } from '../../src/store/embedded/sqlite.js';
 import type { Store, StoredToken } from '../../src/store/types.js';
 
 /** Own members in a fixed order: the stores need not keep the order they were given. */
@@ -39,7 +40,10 @@ const FILTERS: Array<Record<string, string>> = [
 
 const matches = (m: Record<string, string>, f: Record<string, string>): boolean => Object.entries(f).every(([k, v]) => Object.hasOwn(m, k) && m[k] === v);
 
-async function exercise(t: Test, store: Store): Promise<void> {
+/** Filters holding a lone surrogate (the embedded store finds them only on better-sqlite3 12). */
+const loneSurrogate = (f: Record<string, string>): boolean => Object.entries(f).some(([k, v]) => !k.isWellFormed() || !v.isWellFormed());
+
+async function exercise(t: Test, store: Store, opts: { loneSurrogateFilters: boolean } = { loneSurrogateFilters: true }): Promise<void> {
   const records: StoredToken[] = METADATA.map((metadata) => makeRecord({ metadata }));
   await store.tokens.insertMany(records);
   for (const r of records) {
@@ -52,6 +56,7 @@ async function exercise(t: Test, store: Store): Promise<void> {
   t.same(listed.map((r) => sorted(r.metadata)), records.map((r) => sorted(r.metadata)).reverse(), 'list, newest first');
 
   for (const f of FILTERS) {
+    if (!opts.loneSurrogateFilters && loneSurrogate(f)) continue;
     const found = (await store.tokens.list(TENANT_A, { metadata: f }, { size: 100, after: null })).items.map((r) => r.id).sort();
     t.same(found, records.filter((r) => matches(r.metadata, f)).map((r) => r.id).sort(), `filter ${JSON.stringify(f)}`);
   }
@@ -70,7 +75,11 @@ t.test('embedded store (the reference)', async (t) => {
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const store = new EmbeddedStore(join(dir, 'tokens.db'));
   t.teardown(() => store.close());
-  await exercise(t, store);
+  // better-sqlite3 13 (Node 22 and later) binds a lone surrogate as U+FFFD, while SQLite's JSON
+  // decodes the filter's "\ud800" otherwise: such metadata, written before the vault refused it,
+  // is read back as written but not found by a filter there (docs/storage.md). Not a reference
+  // for those filters; the PostgreSQL store is held to the exact answers below.
+  await exercise(t, store, { loneSurrogateFilters: SQLITE_PACKAGE === 'better-sqlite3' });
 });
 
 const server = await postgresForFile(t);

@@ -240,7 +240,10 @@ export async function runDisclosureSuite(t: Test, store: DisclosureStore): Promi
       compare(`${pair.kind} ${route} ${describe(sides[0]!.def)}`, pair, seen[0]!, seen[1]!);
       tally.compared++;
     }))) {
-      tally.report(t, '(a)');
+      // A public key's definitions with a template are all one 403 now, and most drawn ones carry
+      // one: 20 runs may hold no other outcome (a clean-clone run on Node 24 drew none), so one
+      // outcome is enough here; test/vault/disclosure-budget.test.ts holds the named options' 200.
+      tally.report(t, '(a)', 1);
     }
   });
 
