@@ -367,19 +367,26 @@ export async function runDisclosureSuite(t: Test, store: DisclosureStore): Promi
     if (await property(t, '(d) tokenize', fc.asyncProperty(choice, async ([i, pair]) => {
       const p = kept[i]!;
       const seen: Seen[][] = [];
-      for (const v of [pair.a, pair.b]) {
-        const res = await call(s.url, 'POST', '/proxy/charge', { key: null, body: { v, n: 1 }, headers: { 'svc-proxy-key': tokKey(i) } });
-        tally.statuses.add(res.status);
-        const tokenId = res.status === 200 && typeof res.body?.v === 'string' ? (res.body.v as string) : null;
-        const ids = new Map(tokenId === null ? [] : [[tokenId, maskedId(tokenId, p.id)]]);
-        const answers = [res];
-        if (tokenId !== null) answers.push(await api(K.masked, 'GET', `/tokens/${encodeURIComponent(tokenId)}`));
+      // The proxy's caller sent the value in the clear and the template is the operator's: the
+      // caller's own answers may differ by value (a search index that fails on one value only, as
+      // a clean-clone run on PostgreSQL drew: seed 1208850). What must not differ is what a mask
+      // reader sees of the tokens made from both.
+      const made = await Promise.all([pair.a, pair.b].map((v) => call(s.url, 'POST', '/proxy/charge', { key: null, body: { v, n: 1 }, headers: { 'svc-proxy-key': tokKey(i) } })));
+      for (const res of made) tally.statuses.add(res.status);
+      if (made.some((res) => res.status !== 200 || typeof res.body?.v !== 'string')) {
+        tally.skipped++;
+        return;
+      }
+      for (const res of made) {
+        const tokenId = res.body.v as string;
+        const ids = new Map([[tokenId, maskedId(tokenId, p.id)]]);
+        const answers = [res, await api(K.masked, 'GET', `/tokens/${encodeURIComponent(tokenId)}`)];
         seen.push(answers.map((x) => observe(x, ids)));
       }
       compare(`${p.kind} proxy tok${i} ${JSON.stringify(p.token)}`, pair, seen[0]!, seen[1]!);
       tally.compared++;
     }))) {
-      tally.report(t, '(d) tokenize', 1);
+      tally.report(t, '(d) tokenize', 1, Math.ceil(RUNS / 5));
     }
   });
 
