@@ -57,7 +57,7 @@ const MIN_KEY_LENGTH = 16;
 const KEY_TYPES = ['private', 'public', 'management', 'proxy'] as const;
 
 /**
- * The file read and compiled (issue 25: the same compile as start and a reload), or null after
+ * The file read and compiled, or null after
  * writing every problem. The config and model modules (zod, yaml, the templates) are loaded here,
  * not at the top: `--version`, `--help`, `hash-key`, `gen-key` and `gen-master-key` read no file
  * and start in a fraction of the time without them.
@@ -80,7 +80,7 @@ async function loadConfig(values: Values, io: Io): Promise<LoadedConfig | null> 
 }
 
 /**
- * issue 29: in production mode, what it refuses is written, one line per reason, and null is
+ * in production mode, what it refuses is written, one line per reason, and null is
  * returned (before anything is created); otherwise the check, for the start-up notices.
  */
 async function productionRefused(config: LoadedConfig, io: Io): Promise<ProductionCheck | null> {
@@ -109,7 +109,7 @@ async function start({ config, model }: LoadedModel, notices: StartupNotice[]): 
   if (!worker) for (const n of notices) log.warn(n.fields, n.msg);
   let service: Awaited<ReturnType<typeof startService>> | undefined;
   let stopping = false;
-  // Live reload (docs/operations.md "Reload", issue 31): a reload request is never lost. SIGHUP has been
+  // Live reload (docs/operations.md "Reload"): a reload request is never lost. SIGHUP has been
   // counted since main.ts's first instruction; one that arrived while the service was starting
   // (it may have read the file before it changed) makes a reload right after start. A single
   // process counts the signals as its generation and writes the outcome to the status file
@@ -178,7 +178,7 @@ async function start({ config, model }: LoadedModel, notices: StartupNotice[]): 
     // The grace of the model in service: a reload may have changed it.
     const graceMs = running.model.config.server.shutdown_grace_ms;
     tryLog(() => log.info({ signal, grace_ms: graceMs }, 'stopping: draining requests in flight'));
-    // The hard deadline (issue 23): whatever close() still waits for (a reactor host, a writer
+    // The hard deadline: whatever close still waits for (a reactor host, a writer
     // thread, a pool), the process ends. Not unref'd: it must fire.
     setTimeout(() => {
       tryLog(() => log.error({ grace_ms: graceMs, margin_ms: SHUTDOWN_MARGIN_MS }, 'shutdown deadline passed: exiting with work still in flight'));
@@ -190,7 +190,7 @@ async function start({ config, model }: LoadedModel, notices: StartupNotice[]): 
     );
   };
   cluster.onStopRequest(stop);
-  // A single process owns its listener: its pid file is written now that it listens (issue 31).
+  // A single process owns its listener: its pid file is written now that it listens.
   if (!worker && config.server.pid_file) {
     served = { generation: pendingGeneration === null ? generation : 0, outcome: 'started' };
     pidFiles.writePidFile(config.server.pid_file);
@@ -499,7 +499,7 @@ const commands: Record<string, Command> = {
     options: { from: { type: 'string' }, to: { type: 'string' }, batch: { type: 'string' } },
     positional: 'subcommand',
     async run(values, io) {
-      // issue 24 item 4: src/commands/store-copy.ts; `store` alone, or another word, is a usage error.
+      // src/commands/store-copy.ts; `store` alone, or another word, is a usage error.
       if (values.subcommand !== 'copy') {
         io.err(`tokenproxy store: ${values.subcommand === undefined ? 'give a subcommand' : `unknown subcommand "${String(values.subcommand)}"`}: tokenproxy store copy --from CONFIG --to CONFIG; see tokenproxy store --help\n`);
         return EXIT_USAGE;

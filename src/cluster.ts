@@ -42,7 +42,7 @@ function isStopMessage(m: unknown): m is StopMessage {
   return typeof m === 'object' && m !== null && (m as StopMessage).tokenproxy === 'stop' && typeof (m as StopMessage).signal === 'string';
 }
 
-/** Primary to worker: reload, for the primary's reload generation `generation` (issue 31). */
+/** Primary to worker: reload, for the primary's reload generation `generation`. */
 interface ReloadMessage {
   tokenproxy: 'reload';
   generation: number;
@@ -137,7 +137,7 @@ export function onStopRequest(stop: (signal: string) => void): void {
     return;
   }
   // Signals and the primary's messages are counted apart: one of each is the same stop, a second
-  // of the same kind (a second signal to this worker, issue 23) is a second stop.
+  // of the same kind (a second signal to this worker) is a second stop.
   let requested = false;
   let signals = 0;
   let messages = 0;
@@ -191,7 +191,7 @@ export function runPrimary(config: LoadedConfig, notices: readonly StartupNotice
   const n = workerCount(config);
   const out = stdoutDestination();
   const log = createLogger(config.log.level, out).child({ pid: process.pid, role: 'primary' });
-  // The start-up notices of production mode (issue 29), once for the service, not per worker.
+  // The start-up notices of production mode, once for the service, not per worker.
   for (const notice of notices) log.warn(notice.fields, notice.msg);
   if (config.store.kind === 'embedded' && config.store.path === ':memory:') {
     log.fatal({ workers: n }, 'start-up failed: server.workers > 1 needs a store the workers share (an embedded store file or Redis), not :memory:');
@@ -224,7 +224,7 @@ export function runPrimary(config: LoadedConfig, notices: readonly StartupNotice
   const graces = new Map<number, number>();
   const shutdownGraceMs = (): number => Math.max(config.server.shutdown_grace_ms, ...graces.values());
 
-  // Reload (issue 31): `generation` counts SIGHUPs (from main.ts's first instruction on). A worker
+  // Reload: `generation` counts SIGHUPs (from main.ts's first instruction on). A worker
   // gets reload messages only once it said it is ready (its handlers are in place): one forked
   // before the last SIGHUP may have read the file before it changed, so it is reloaded as soon as
   // it is ready. Each worker's state goes to the status file beside the pid file.
@@ -295,7 +295,7 @@ export function runPrimary(config: LoadedConfig, notices: readonly StartupNotice
       if (++listening < n) return;
       started = true;
       // The primary owns the listener (node:cluster): its pid file is written now that every
-      // worker listens, never by a start that fails (issue 31).
+      // worker listens, never by a start that fails.
       if (config.server.pid_file) writePidFile(config.server.pid_file);
       writeStatus();
       const host = (address.address ?? config.server.host).includes(':') ? `[${address.address}]` : address.address ?? config.server.host;
@@ -310,7 +310,7 @@ export function runPrimary(config: LoadedConfig, notices: readonly StartupNotice
         return;
       }
       if (!started) {
-        // Once (issue 30): the workers killed below exit too, and are not the cause to report.
+        // Once: the workers killed below exit too, and are not the cause to report.
         if (startFailed) return;
         startFailed = true;
         log.fatal({ worker: worker.id, code, signal }, 'start-up failed: a worker exited before all were listening');
@@ -354,7 +354,7 @@ export function runPrimary(config: LoadedConfig, notices: readonly StartupNotice
         if (err) w.process.kill('SIGTERM');
       });
     }
-    // The hard deadline (issue 23): not unref'd, and it ends the primary too, even if a killed
+    // The hard deadline: not unref'd, and it ends the primary too, even if a killed
     // worker's output pipe is still held open (by a process the worker started).
     setTimeout(() => {
       tryLog(() => log.error({ workers: slots.size }, 'shutdown deadline passed: the workers still running are killed'));

@@ -54,9 +54,9 @@ export const catalogue = {
   unknown_filter: { status: 400, title: 'A detokenization expression uses an unknown filter' },
   too_many_expressions: { status: 400, title: 'Too many detokenization expressions in one request' },
   unknown_token: { status: 400, title: 'An expression names no usable token' },
-  // issue 23: the values of one request add up to at most 5 MB (a key with reveal on every token)
+  // the values of one request add up to at most 5 MB (a key with reveal on every token)
   detokenized_output_too_large: { status: 413, title: 'The detokenized values of the request are too large' },
-  // issue 23: a key without reveal learns nothing of why (which filter, which header, the bound)
+  // a key without reveal learns nothing of why (which filter, which header, the bound)
   detokenized_value_refused: { status: 422, title: 'The values named in the request cannot be put into it' },
   // outbound proxy
   invalid_proxy_url: { status: 400, title: 'The SVC-PROXY-URL header is not a valid destination' },
@@ -69,11 +69,11 @@ export const catalogue = {
   shutting_down: { status: 503, title: 'The service is shutting down' },
   // metrics
   metrics_unauthorized: { status: 401, title: 'The metrics bearer token is missing or wrong' },
-  // issue 27: a public key used from a page whose origin its application does not list
+  // a public key used from a page whose origin its application does not list
   origin_not_allowed: { status: 403, title: "The page's origin may not use this key" },
-  // issue 28: applications, proxies and reactors are written in the configuration file, never over the API
+  // applications, proxies and reactors are written in the configuration file, never over the API
   managed_by_config: { status: 405, title: 'This resource is managed in the configuration file' },
-  // issue 28: an asynchronous reactor call's result that is unknown, expired, or another application's
+  // an asynchronous reactor call's result that is unknown, expired, or another application's
   reactor_result_not_found: { status: 404, title: 'No reactor result with this request id' },
   // a key that may not compute on a value (it did not send it in the clear) sent a template over it
   expression_not_allowed: { status: 403, title: 'This key may not send expressions over these values' },
@@ -86,7 +86,7 @@ export type FieldErrors = Record<string, string[]>;
 
 /**
  * Records `message` under `path`. Own members only: a path named after an Object.prototype
- * member (`constructor`, `__proto__`, `toString`) is an ordinary path, not a crash (issue 10, 9).
+ * member (`constructor`, `__proto__`, `toString`) is an ordinary path, not a crash.
  */
 export function addFieldError(errors: FieldErrors, path: string, message: string): void {
   if (Object.hasOwn(errors, path)) errors[path]!.push(message);

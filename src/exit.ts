@@ -1,5 +1,5 @@
 /**
- * Ending the process in bounded time (issue 23, "Shutdown"). `process.exit` runs pino's exit
+ * Ending the process in bounded time. `process.exit` runs pino's exit
  * handler, which writes the log lines still buffered with sonic-boom's flushSync: that retries a
  * failed write for ever (100 ms apart), so a standard output whose reader is gone (EPIPE) or
  * never reads (a full pipe) holds the process in the exit handler, where no timer and no second

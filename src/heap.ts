@@ -5,8 +5,8 @@
  * before its next full collection. What is live grows with the open connections (about 4 KB of
  * heap each): with 10,000 idle keep-alive connections and the proxy load beside them, the
  * process's RSS peaked at 310-390 MB. With the growth factor at 2 (`--heap-growing-percent=100`)
- * the same load peaked at 230-260 MB, at the same CPU per request (issue 12:
- * docs/benchmarks.md).
+ * the same load peaked at 230-260 MB, at the same CPU per request
+ * (docs/benchmarks.md).
  *
  * The flag is read by V8 each time it sets the next collection's limit, so setting it at
  * start-up takes effect; a `--heap-growing-percent` on the node command line wins.

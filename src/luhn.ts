@@ -1,6 +1,6 @@
 /**
  * The Luhn check digit test (ISO/IEC 7812-1), on a string of ASCII digits. On the ground floor
- * (issue 25) because the log redaction (log.ts), the card validation (vault/card.ts) and the leak
+ * because the log redaction (log.ts), the card validation (vault/card.ts) and the leak
  * guard (proxy/leak-guard.ts) all need it, and the log must not import the vault.
  */
 export function luhnValid(digits: string): boolean {

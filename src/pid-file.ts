@@ -1,5 +1,5 @@
 /**
- * server.pid_file and the reload status file beside it (issue 31).
+ * server.pid_file and the reload status file beside it.
  *
  * The pid file is written only by the process that owns the listener, once it listens (in
  * workers mode the primary, once every worker listens), and removed at exit only while it still

@@ -1,5 +1,5 @@
 /**
- * What a compile step returns (issue 25, "one compile step"): its compiled value, or the problems
+ * What a compile step returns: its compiled value, or the problems
  * that kept it from being built, each a line prefixed with its config path
  * (`tenants[0].proxies[1].request_transforms[0].fields[0].pointer: …`). The config loader's
  * messages and these are the lines of one ConfigError.

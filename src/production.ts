@@ -1,5 +1,5 @@
 /**
- * Production mode (issue 29: "nothing stops development keys in production"). With
+ * Production mode: nothing stops development keys in production otherwise. With
  * `server.mode: production` (or NODE_ENV=production, src/config/load.ts) the service refuses to
  * start, one line per reason, when the master key would be the generated development key, sits
  * inside the store's data directory, or is the development key a development start wrote there

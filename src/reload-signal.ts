@@ -1,5 +1,5 @@
 /**
- * SIGHUP from the first instruction of the process (issue 31: a reload signal is never lost or
+ * SIGHUP from the first instruction of the process (a reload signal is never lost or
  * fatal). main.ts calls holdSighup before it loads anything else, so a SIGHUP that arrives while
  * the service loads its modules, reads its config or opens its store is counted instead of ending
  * the process (SIGHUP's default action); whoever serves reloads takes the count with onSighup

@@ -73,7 +73,7 @@ export interface RunningService {
 export interface StartOptions {
   log?: Logger;
   /**
-   * For tests only (issue 30): how often the expired cvcs and reactor results (default every 60 s) and idempotency
+   * For tests only: how often the expired cvcs and reactor results (default every 60 s) and idempotency
    * entries (every 10 minutes) are purged, so a test can watch the service's own purge without
    * waiting minutes. Nothing in the config or the command line sets it; `tokenproxy start` never
    * passes it.
@@ -92,7 +92,7 @@ export interface StartOptions {
 const CVC_PURGE_INTERVAL_MS = 60_000;
 
 /**
- * How often Node checks the request and header timeouts (issue 30). Node's default, 30 s, let a
+ * How often Node checks the request and header timeouts. Node's default, 30 s, let a
  * request run up to 30 s past `request_timeout_ms` (a body trickling in was cut after 30.0 s with
  * a 1 s timeout): checking at a quarter of the shorter timeout keeps the overshoot within 25% of
  * it. The check walks only connections with a request in progress, not idle ones.
@@ -121,7 +121,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
   const { store, ring } = await openStoreAndRing(config, log, undefined, (s) => instrumentStore(s, metrics?.store(config.store.kind)));
   const cleanups: Array<() => Promise<void> | void> = [() => store.close()];
   try {
-    // Every audit append goes through one trail: anchored, its new heads logged (issue 23). The
+    // Every audit append goes through one trail: anchored, its new heads logged. The
     // vault and the detokenizer append to it themselves.
     // The request path's ports answer a failing store as 503 store_unavailable (store/service-errors.ts).
     const ports = servicePorts(store);
@@ -134,7 +134,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       audit,
     });
     const detokenizer = new Detokenizer(ports.tokens, tokens, { audit, log });
-    // Issue 24: `rate_limits.store: postgres` counts on the token store's own pool.
+    // `rate_limits.store: postgres` counts on the token store's own pool.
     const limits = await RateLimitService.create(config.rate_limits, { log, ipv6Prefix: config.server.ipv6_prefix, postgres: postgresPoolOf(store) });
     cleanups.push(() => limits.close());
     await limits.ready();
@@ -148,7 +148,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     const metricsHttp = metricsEndpoint(config.metrics, adminListener(config), metrics);
     const idempotency = new Idempotency({ store: ports.idempotency, ring, log, ...(opts.purgeEveryMs?.idempotency ? { purgeEveryMs: opts.purgeEveryMs.idempotency } : {}) });
     cleanups.push(() => idempotency.close());
-    // Issue 28: asynchronous reactor calls' background runs, their results sealed in the store.
+    // asynchronous reactor calls' background runs, their results sealed in the store.
     const asyncCalls = new AsyncReactorCalls({ store: ports.reactorResults, ring, log });
     const serve = (model: Model): Serving => {
       const { limits: server, cors } = model;
@@ -211,14 +211,14 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       const grace = live.current.config.server.shutdown_grace_ms;
       const until = Date.now() + grace;
       await drainServer(server, grace);
-      // Issue 28: asynchronous reactor runs get what is left of the same grace (the exit deadline
+      // asynchronous reactor runs get what is left of the same grace (the exit deadline
       // counts from the signal), then those still running are stored as failed, before the store
       // and the reactor host close.
       await asyncCalls.close(Math.max(0, until - Date.now()));
     });
     const purge = setInterval(() => {
       store.tokens.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));
-      // Issue 28: expired asynchronous reactor results (Redis expires its own).
+      // expired asynchronous reactor results (Redis expires its own).
       store.reactorResults.purgeReactorResults(new Date()).catch(() => log.warn('reactor result purge failed; will retry'));
     }, opts.purgeEveryMs?.cvc ?? CVC_PURGE_INTERVAL_MS);
     purge.unref();
@@ -226,7 +226,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     const refresh = startKeyRefresh(ring, config.store.data_key_refresh_seconds, log);
     cleanups.unshift(refresh);
     // An old model's last request is done: its proxy and outbound pools close, and reactors the
-    // current model no longer has are disposed. The only retire (issue 23: a second, module-level
+    // current model no longer has are disposed. The only retire (a second, module-level
     // one that also closed the outbound pool was shadowed by this one, so that pool never closed).
     const retire = (s: Serving): void => {
       void s.proxies.retire();

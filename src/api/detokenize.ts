@@ -21,7 +21,7 @@ export function detokenizeRoutes(detokenizer: Detokenizer, audit: AuditTrail): R
       method: 'POST', path: '/detokenize', group: 'tokens.read', auth: 'api', body: 'json', permission: 'token:read',
       handle: async (ctx) => {
         const body = ctx.body;
-        // One scan, one budget; the render stops at the output bound and yields (issue 23).
+        // One scan, one budget; the render stops at the output bound and yields.
         const scan = new ExpressionScan().json(body);
         const resolved = await detokenizer.resolveForRead(ctx.principal, scan, { requestId: ctx.requestId, log: ctx.log });
         const rendering = await scan.render(resolved);

@@ -1,7 +1,7 @@
 /**
  * GET /logs: the audit trail for management keys with log:read (docs/detokenization.md "Audit
  * trail", docs/api.md "List filters"). Filters run in the store's query, so pages are full. Two ways
- * to page (issue 28): our opaque cursor (`start` = the previous page's `pagination.next`), and the
+ * to page: our opaque cursor (`start` = the previous page's `pagination.next`), and the
  * original's page numbers (`page=2, 3, …`, what its SDK's `logs.list` iterator sends, ending at
  * the first empty page). And GET /logs/entity-types, the SDK's logs.getEntityTypes.
  */

@@ -1,5 +1,5 @@
 /**
- * What the management routes show of the configured model (issue 28), in the original service's
+ * What the management routes show of the configured model, in the original service's
  * shapes and snake_case names, so that its clients' strict response schemas accept them: no field
  * they do not know, and never an API or proxy key (nor a digest), credentials or a query of a
  * destination URL, code, a file path of the host, or a configuration value.
@@ -13,7 +13,7 @@ export type ApplicationTypeName = (typeof APPLICATION_TYPES)[number];
 
 /**
  * Shown in place of every reactor configuration value: the config has no way to mark a value as
- * not secret, so none is shown (issue 28), only the names.
+ * not secret, so none is shown, only the names.
  */
 export const REDACTED = '[redacted]';
 

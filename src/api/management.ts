@@ -1,5 +1,5 @@
 /**
- * The management reads of the configured model (issue 28), for the original service's clients:
+ * The management reads of the configured model, for the original service's clients:
  * the tenant's applications, proxies and reactors (page-based lists and one by id), the calling
  * key's own application, the tenant, and the permissions. Shapes: management-views.ts.
  *
@@ -31,7 +31,7 @@ const paging = {
   page: z.preprocess(firstDecimal, z.number().int().min(1).max(MAX_PAGE).default(1)).describe('Page number, from 1 (default 1); a page past the last is empty'),
   size: pageSizeParam(),
 };
-/** Application types, one or repeated; an unknown one is a 400 (as /permissions), not an empty page (issue 28 review). */
+/** Application types, one or repeated; an unknown one is a 400 (as /permissions), not an empty page. */
 const appType = z.enum(APPLICATION_TYPES);
 const types = z.union([appType, z.array(appType)]).transform((v) => (Array.isArray(v) ? v : [v]));
 const byName = oneOrMore.transform((v) => first(v)).optional().describe('Only those whose name contains this text (case-insensitive)');
@@ -149,7 +149,7 @@ function readRoutes(k: Kind): ApiRoute[] {
 
 const WRITE_METHODS = ['POST', 'PUT', 'PATCH', 'DELETE'] as const;
 
-/** The 405 of every write of a configured resource (issue 28): the config file is the source of truth. */
+/** The 405 of every write of a configured resource: the config file is the source of truth. */
 function refusedWrites(k: Kind): ApiRoute[] {
   const detail = `The ${k.path.slice(1)} are managed in the configuration file, the source of truth: edit it, then reload (tokenproxy reload, or SIGHUP to the main process)`;
   const schemas: RouteSchemas = {

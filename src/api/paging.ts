@@ -40,7 +40,7 @@ export function sizeInvalid(): ServiceError {
 }
 
 /**
- * The page-based lists of the management routes (issue 28), as the original service's clients
+ * The page-based lists of the management routes, as the original service's clients
  * iterate them: `page` (1-based) and `size`, answered with the totals. A page past the last is
  * empty with the same totals: the clients' iterators stop at the first empty page.
  */

@@ -1,12 +1,12 @@
 /**
- * Asynchronous reactor calls (issue 28, docs/reactors.md "Asynchronous calls"):
+ * Asynchronous reactor calls:
  *
  *   POST /reactors/{id}/react-async  checked, and its args detokenized, exactly as POST
  *     /reactors/{id}/react (api/reactors.ts prepareCall: permission, body limits, rate-limit row,
  *     detokenization rules and audit); then a pending entry is stored and the answer is 202
  *     `{"asyncReactorRequestId"}` at once. The run goes on in the background through the same
  *     runtime (the reactor's pool: its concurrency, queue and timeout) and the same answer making
- *     (runCall: issue 23's withheld error text, issue 31's creating rules, the tokenize).
+ *     (runCall:'s withheld error text's creating rules, the tokenize).
  *   GET /reactors/{id}/results/{requestId}  202 while pending; then the answer the synchronous
  *     call would have had: 200 `{raw, tokens}`, or the error's status and problem body.
  *

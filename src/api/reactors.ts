@@ -53,7 +53,7 @@ function isObject(v: unknown): v is Record<string, unknown> {
 /**
  * Expressions in `args` are detokenized before the reactor runs (docs/detokenization.md "Detokenization"): the
  * caller needs token:use on every token named, and without reveal only the filters that tell
- * nothing of the value (issue 23); the reactor's answer is not scanned.
+ * nothing of the value; the reactor's answer is not scanned.
  */
 async function detokenizeArgs(detokenizer: Detokenizer, ctx: ApiContext, args: unknown): Promise<{ args: unknown; used: boolean; revealsAll: boolean }> {
   const scan = new ExpressionScan().json(args);
@@ -66,7 +66,7 @@ async function detokenizeArgs(detokenizer: Detokenizer, ctx: ApiContext, args: u
 const noReactor = () => new ServiceError('not_found', { detail: 'No reactor with this id' });
 
 /**
- * A reactor call made ready to run (issue 28: shared by the synchronous and the asynchronous
+ * A reactor call made ready to run (shared by the synchronous and the asynchronous
  * route): the body checked and its args detokenized, as the caller, before anything runs.
  */
 export interface PreparedCall {
@@ -109,7 +109,7 @@ export async function prepareCall(ctx: ApiContext, detokenizer: Detokenizer | un
 
 /**
  * Runs a prepared call and makes its answer, `{raw, tokens}`: what the synchronous route sends and
- * the asynchronous one keeps. Throws the call's ServiceError (user text withheld as issue 23 says).
+ * the asynchronous one keeps. Throws the call's ServiceError (user text withheld, as for any call with detokenized args).
  */
 export async function runCall(runtime: ReactorRuntime, tokens: TokenService, ctx: ApiContext, reactor: ReactorSummary, call: PreparedCall): Promise<{ raw: unknown; tokens: unknown }> {
   let result: unknown;
@@ -118,7 +118,7 @@ export async function runCall(runtime: ReactorRuntime, tokens: TokenService, ctx
       ? await runtime.invoke(reactor.key, { argsJson: call.input.argsJson }, { log: ctx.log })
       : await runtime.invoke(reactor.key, { args: call.input.args }, { log: ctx.log });
   } catch (err) {
-    // Issue 23: args that held detokenized values get no text of the reactor's code back
+    // args that held detokenized values get no text of the reactor's code back
     // (whatever the caller's read rights: one rule, and no store read on a failing call).
     if (err instanceof ServiceError && call.detokenized) throw withholdUserText(err, ctx.log, reactor.key, call.values());
     throw err;

@@ -37,7 +37,7 @@ const CardView = z.object({
   expiration_year: z.number().int().optional(),
 });
 
-/** A bank token's data as it leaves the service (issue 26): the account number masked or revealed. */
+/** A bank token's data as it leaves the service: the account number masked or revealed. */
 const BankView = z.object({ routing_number: z.string(), account_number: z.string() });
 
 /** spec "Token (output record)" (src/vault/records.ts). */

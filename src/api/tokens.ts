@@ -24,7 +24,7 @@ const LIST_PARAMS = new Set(['type', 'container', 'fingerprint', 'id', 'metadata
 
 /**
  * `metadata=<JSON object of strings>`: the form the original's SDK sends (its listV2 serialises the
- * filter with JSON.stringify, issue 28). Built with own properties only (a `__proto__` key stays a key).
+ * filter with JSON.stringify). Built with own properties only (a `__proto__` key stays a key).
  */
 const MetadataJson = z.preprocess(
   (v) => blank(last(v as string | string[])),
@@ -219,7 +219,7 @@ export function tokenRoutes(tokens: TokenService): Route[] {
       } },
     { ...api, method: 'PATCH', path: '/tokens/:id', group: 'tokens.update', body: 'json', permission: 'token:update', idempotent: true, schemas: schemas.update,
       handle: async (ctx) => ({ status: 200, json: await tokens.update(ctx.principal, ctx.params.id!, ctx.body, ctx) }),
-      // A replay shows the token again, audited as above; the stored answer holds no data (issue 23).
+      // A replay shows the token again, audited as above; the stored answer holds no data.
       replayRecord: (ctx, id) => tokens.updatedView(ctx.principal, id, ctx) },
     { ...api, method: 'DELETE', path: '/tokens/:id', group: 'tokens.delete', permission: 'token:delete', schemas: schemas.remove,
       handle: async (ctx) => {

@@ -5,7 +5,7 @@
  * here, anchored (crypto/audit-anchor.ts), and each new chain head is logged at info (`audit chain head`,
  * `audit_head: <seq>:<hash>`, no value and no key) after each append batch, and once more at
  * shutdown, so an operator can keep the latest head outside the store and catch a rollback with
- * `tokenproxy verify-audit --expect-head` (issue 23).
+ * `tokenproxy verify-audit --expect-head`.
  */
 import type { Logger } from '../log.js';
 import { AuditHeadRefusedError, eventHash, verifyChain, type AuditEvent, type AuditEventInput, type AuditFilter, type AuditHead, type ChainCheck } from '../store/audit.js';

@@ -1,9 +1,9 @@
 /**
  * `tokenproxy verify-audit --tenant <id>` (docs/detokenization.md "Audit trail"): walks a tenant's audit events
  * in the configured store, oldest first, and checks the chain, the head, the head's anchor under
- * the master key (crypto/audit-anchor.ts, issue 23) and, with `--expect-head`, that the trail still
+ * the master key (crypto/audit-anchor.ts) and, with `--expect-head`, that the trail still
  * passes through a head the operator kept. It reads: a store, a tenant or a head that is missing
- * is reported, never created (issue 31).
+ * is reported, never created.
  */
 import { dirname } from 'node:path';
 import { anchorSigner, formatHead } from '../crypto/audit-anchor.js';

@@ -1,5 +1,5 @@
 /**
- * Every access decision about tokens, in one place (issue 10: "what a key can learn is what its
+ * Every access decision about tokens, in one place ("what a key can learn is what its
  * access rule allows"). The token API, POST /tokenize, the proxy's tokenize transforms and the
  * reactors' `tokenize` all reach tokens through vault/service.ts, which asks this module and no
  * one else; a new route that goes through the service cannot forget a rule.
@@ -13,7 +13,7 @@
  *   `token:read` with `reveal` on the token's container.
  * - Deduplication matches only tokens the caller could read (`token:read` on the container).
  * - Fingerprints are shown only to keys that may read the token, and a fingerprint filter (list
- *   or search) matches only such tokens (issue 31).
+ *   or search) matches only such tokens.
  * - List and search show only tokens in containers the key may `token:search`; the store applies
  *   that as part of its query (searchScope), so pages are full.
  */
@@ -31,7 +31,7 @@ export interface Grants {
   readonly rules: readonly AccessRule[];
 }
 
-/** The rules in the order they are checked (the compiler sorts once; issue 25: not per request). */
+/** The rules in the order they are checked (the compiler sorts once; not per request). */
 export function sortRules<R extends { priority: number }>(rules: readonly R[]): R[] {
   return [...rules].sort((a, b) => a.priority - b.priority);
 }
@@ -78,7 +78,7 @@ export const showsFingerprint = mayRead;
 export const mayDeduplicate = mayRead;
 
 /**
- * A fingerprint matches only tokens whose fingerprint the key may see (issue 31): the containers a
+ * A fingerprint matches only tokens whose fingerprint the key may see: the containers a
  * list or search with a fingerprint filter runs in, as the store takes it (TokenFilter.scope), are
  * those the key may both `token:search` and read (showsFingerprint). A key that may list a
  * container but not read it would otherwise create its guess where it reads, take the fingerprint
@@ -154,7 +154,7 @@ export function computeSearchScope(app: Grants): ScopeRule[] | undefined {
 }
 
 /**
- * Issue 23: `token:use` is a right to send a value, not to learn it. Filters whose success and
+ * `token:use` is a right to send a value, not to learn it. Filters whose success and
  * output length depend only on the input's length and the filter's arguments, never on its
  * content: selecting a field (`json`), cutting by position (`slice`, `last4`, `reveal_last`,
  * `reveal_first`), adding constants (`append`, `prepend`) and case (`upcase`, `downcase`). Not

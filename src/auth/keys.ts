@@ -16,7 +16,7 @@ import type { Application, ProxySummary, Tenant } from './tenancy.js';
 
 export type KeyKind = 'test' | 'public' | 'private' | 'management';
 
-/** Who a request is: the compiled tenant and application (src/auth/tenancy.ts), never config objects (issue 25). */
+/** Who a request is: the compiled tenant and application (src/auth/tenancy.ts), never config objects. */
 export interface Principal {
   tenant: Tenant;
   app: Application;

@@ -1,5 +1,5 @@
 /**
- * The tenants and applications the request path works with (issue 25): domain objects the
+ * The tenants and applications the request path works with: domain objects the
  * compiler (src/model/compile.ts) builds from the config once, not the config's own objects. An
  * application holds its access rules sorted by priority and its search and fingerprint scopes
  * computed (auth/access.ts reads them; nothing is sorted or cached per request), and no key: the
@@ -27,7 +27,7 @@ export interface Application {
   /** In ascending priority (sorted once, at compile time): the first whose container matches decides. */
   readonly rules: readonly AccessRule[];
   readonly legacy: boolean;
-  /** Page origins a public application serves (issue 27); empty for the others. */
+  /** Page origins a public application serves; empty for the others. */
   readonly allowedOrigins: readonly string[];
   /** auth/access.ts `searchScope`, computed at compile time. */
   readonly searchScope: ScopeRule[] | undefined;
@@ -36,7 +36,7 @@ export interface Application {
 }
 
 /**
- * A proxy transform as the original service's clients read it (issue 28: an object, not a string):
+ * A proxy transform as the original service's clients read it:
  * a mask's pattern and character, an append's location; never code, a code file's path, or an
  * appended value (it may be a credential).
  */
@@ -70,7 +70,7 @@ export interface ReactorSummary {
   readonly warm_concurrency: number;
   readonly max_concurrency: number;
   readonly memory_limit_mb: number;
-  /** The names of its configuration entries (issue 28: values are never shown, none is marked as not secret). */
+  /** The names of its configuration entries. */
   readonly configuration_names: readonly string[];
 }
 

@@ -1,5 +1,5 @@
 /**
- * The help of `tokenproxy migrate` (issue 24 item 3), apart from the command itself so src/cli.ts
+ * The help of `tokenproxy migrate`, apart from the command itself so src/cli.ts
  * can show it, and parse its options, without loading the config, the model and the stores.
  */
 import type { ParseArgsConfig } from 'node:util';

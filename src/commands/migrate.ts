@@ -1,5 +1,5 @@
 /**
- * `tokenproxy migrate` (issue 24 item 3): converts the configured store to the format this version
+ * `tokenproxy migrate`: converts the configured store to the format this version
  * reads, through the store's own FormatMigrator (`Store.migrator()`: the embedded store's in
  * store/embedded/migrate.ts; any backend that has one plugs in without a change here). Every step
  * commits its own progress in the store, so a run killed at any point (kill -9 included) is

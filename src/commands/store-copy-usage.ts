@@ -1,5 +1,5 @@
 /**
- * The help text of `tokenproxy store copy` (issue 24 item 4), apart from the command itself so
+ * The help text of `tokenproxy store copy`, apart from the command itself so
  * src/cli.ts can show it without loading the stores.
  */
 export const DEFAULT_BATCH = 500;

@@ -1,5 +1,5 @@
 /**
- * `tokenproxy store copy --from <config> --to <config> [--batch N]` (issue 24 item 4): moves a
+ * `tokenproxy store copy --from <config> --to <config> [--batch N]`: moves a
  * vault between stores (embedded, Redis, PostgreSQL, any direction) through the store ports
  * (store/copy.ts does the copying and the checks; this is the command around it: the two
  * configs, the master key, the output). docs/storage.md "Moving a vault to another store".

@@ -1,5 +1,5 @@
 /**
- * Where the admin listener is (issue 29): `server.admin`, or the older spelling `metrics.port` /
+ * Where the admin listener is: `server.admin`, or the older spelling `metrics.port` /
  * `metrics.host` (kept working; the loader refuses both at once). Null: no admin listener, and
  * `/metrics` is served on the public listener as before.
  */

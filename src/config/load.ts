@@ -4,7 +4,7 @@
  *
  * src/config/ is a leaf: it imports nothing from the rest of src/. What needs another module (a
  * proxy's pointers and expressions, rate-limit rule names, trust_proxy CIDRs) is found by the
- * compile step (src/model/compile.ts `loadModel`, issue 25), which reads a file with
+ * compile step (src/model/compile.ts `loadModel`), which reads a file with
  * `readConfigFile` (the config and this module's problems, not thrown) and names the loader's
  * problems and its own in one ConfigError.
  */
@@ -20,7 +20,7 @@ import { configSchema, PUBLIC_PERMISSIONS, TYPE_ONLY_PERMISSIONS, type Config } 
 export { MAX_CODE_LENGTH };
 
 export const DEFAULT_CONFIG_PATH = 'config/tokenproxy.yaml';
-/** The PostgreSQL store's password, when set (issue 24; docs/storage.md "PostgreSQL store"). */
+/** The PostgreSQL store's password, when set. */
 export const STORE_PASSWORD_ENV = 'TOKENPROXY_STORE_PASSWORD';
 
 export class ConfigError extends Error {
@@ -97,7 +97,7 @@ export function readConfigFile(opts: LoadOptions = {}): ReadConfig {
   } catch (err) {
     throw new ConfigError([`${path}: cannot read the config file (${(err as NodeJS.ErrnoException).code ?? 'error'})`]);
   }
-  // Issue 29: every problem with its line and a caret (config/yaml-error.ts), not the parser's
+  // every problem with its line and a caret (config/yaml-error.ts), not the parser's
   // message, which quotes the file and ended on a dangling colon once cut to its first line.
   const doc = parseDocument(text, { prettyErrors: false });
   if (doc.errors.length > 0) throw new ConfigError(yamlProblems(path, text, doc.errors));
@@ -128,10 +128,10 @@ export function readConfig(raw: unknown, opts: ReadOptions = {}): ReadConfig {
     cfg.server.port = port;
   }
   if (env.HOST) cfg.server.host = env.HOST;
-  // issue 29: NODE_ENV=production turns production mode on; it never turns it off (a file that
+  // NODE_ENV=production turns production mode on; it never turns it off (a file that
   // says `server.mode: production` stays in production whatever the environment says).
   if (env.NODE_ENV === 'production') cfg.server.mode = 'production';
-  // PostgreSQL's password from the environment (issue 24), as TOKENPROXY_MASTER_KEY: it wins over
+  // PostgreSQL's password from the environment, as TOKENPROXY_MASTER_KEY: it wins over
   // store.password and a password in store.url. Set but empty is a missing secret, not "none".
   const pgPassword = env.TOKENPROXY_STORE_PASSWORD;
   if (cfg.store.kind === 'postgres' && pgPassword !== undefined) {
@@ -157,7 +157,7 @@ function checkReferences(cfg: Config): string[] {
   }
   problems.push(...(cfg.store.kind === 'postgres' ? postgresProblems(cfg.store) : redisProblems('store', cfg.store)), ...redisProblems('rate_limits', cfg.rate_limits));
   problems.push(...postgresRateLimitProblems(cfg));
-  // issue 29: server.admin is the one documented way; metrics.port/host, its older spelling, still
+  // server.admin is the one documented way; metrics.port/host, its older spelling, still
   // works alone, but both at once would leave it unclear where /metrics is.
   if (cfg.server.admin && (cfg.metrics.port !== undefined || cfg.metrics.host !== undefined)) {
     problems.push('metrics.port: give server.admin (host, port) or metrics.port/metrics.host, not both; metrics.port is the older spelling of server.admin');
@@ -226,7 +226,7 @@ function redisProblems(at: string, r: Config['store'] | Config['rate_limits']): 
   return problems;
 }
 
-/** The PostgreSQL store's settings (issue 24); the URL itself is never echoed (it may hold a password). */
+/** The PostgreSQL store's settings; the URL itself is never echoed (it may hold a password). */
 function postgresProblems(store: Config['store']): string[] {
   const problems: string[] = [];
   if (store.url === undefined) problems.push('store.url: required when store.kind is postgres (postgres://user@host:port/database)');
@@ -236,7 +236,7 @@ function postgresProblems(store: Config['store']): string[] {
 }
 
 /**
- * `rate_limits.store: postgres` counts on the token store's own pool (issue 24): it needs a
+ * `rate_limits.store: postgres` counts on the token store's own pool: it needs a
  * PostgreSQL token store, and the Redis settings of the section would be silently unused.
  */
 function postgresRateLimitProblems(cfg: Config): string[] {

@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { REACTOR_LIMITS, type ReactorLimitField } from './limits.js';
 
 /**
- * The management reads (issue 28: GET /applications, /proxies, /reactors, /tenants/self,
+ * The management reads (GET /applications, /proxies, /reactors, /tenants/self,
  * /permissions): management keys only. A management application that lists none of them holds all
  * of them (src/model/tenants.ts), so a config written before they existed keeps its reads.
  */
@@ -68,7 +68,7 @@ const application = z.strictObject({
   rules: z.array(accessRule).default([]),
   /** Counted by the spec's legacy (per client IP) rate-limit rules. */
   legacy: z.boolean().default(false),
-  /** Web page origins that may use a public application's keys (issue 27, http/cors.ts). */
+  /** Web page origins that may use a public application's keys. */
   allowed_origins: z.array(z.string()).default([]),
 });
 
@@ -103,7 +103,7 @@ export const CONFIG_TOKEN_TYPES = ['token', 'card', 'card_number', 'bank', 'us_b
 
 const tokenTemplate = z.strictObject({
   type: z.enum(CONFIG_TOKEN_TYPES),
-  /** An alias id expression (issue 26), e.g. '{{ data | alias_card }}': the destination receives card-shaped aliases. */
+  /** An alias id expression, e.g. '{{ data | alias_card }}': the destination receives card-shaped aliases. */
   id: z.string().optional(),
   containers: z.array(container).length(1).optional(),
   metadata: z.record(z.string(), z.string()).optional(),
@@ -203,7 +203,7 @@ const redisTopology = {
   tls: z.union([z.boolean(), z.strictObject({ ca_file: z.string().optional() })]).optional(),
 };
 
-/** `rate_limits.table` when not given (issue 24). */
+/** `rate_limits.table` when not given. */
 export const DEFAULT_RATE_LIMIT_TABLE = 'rate_limits';
 
 export const configSchema = z.strictObject({
@@ -222,7 +222,7 @@ export const configSchema = z.strictObject({
       /** CIDRs whose X-Forwarded-For is believed. */
       trust_proxy: z.array(z.string()).default([]),
       /**
-       * Per-IP rate limits count an IPv6 client by its network of this many bits (issue 31: one
+       * Per-IP rate limits count an IPv6 client by its network of this many bits (one
        * host owns a /64 and rotating inside it passed every per-IP limit).
        */
       ipv6_prefix: z.number().int().min(1).max(128).default(64),
@@ -245,12 +245,12 @@ export const configSchema = z.strictObject({
       /** Where `tokenproxy start` writes its process id (for `tokenproxy reload`); none when absent. */
       pid_file: z.string().optional(),
       /**
-       * issue 29: `production` refuses to start with a generated or co-located master key or a
+       * `production` refuses to start with a generated or co-located master key or a
        * published development key (src/production.ts). NODE_ENV=production sets it too.
        */
       mode: z.enum(['development', 'production']).default('development'),
       /**
-       * issue 29: a second listener for operators (today `/metrics`), loopback unless told
+       * a second listener for operators (today `/metrics`), loopback unless told
        * otherwise, so the public listener does not serve it. Supersedes metrics.port/host.
        */
       admin: z
@@ -267,7 +267,7 @@ export const configSchema = z.strictObject({
       path: z.string().default('./data/tokens.db'),
       /**
        * Redis: absent with neither cluster nor sentinel, redis://127.0.0.1:6379 (src/redis/connect.ts).
-       * PostgreSQL (issue 24): required, postgres://user@host:port/db?sslmode=… (pg's parser).
+       * PostgreSQL: required, postgres://user@host:port/db?sslmode=… (pg's parser).
        */
       url: z.string().optional(),
       ...redisTopology,
@@ -305,7 +305,7 @@ export const configSchema = z.strictObject({
       ...redisTopology,
       key_prefix: z.string().default('tp:rl:'),
       /**
-       * PostgreSQL (issue 24): the counters' table, in the token store's schema `tokenproxy`. A
+       * PostgreSQL: the counters' table, in the token store's schema `tokenproxy`. A
        * plain lower-case identifier: the SQL that names it needs no escaping.
        */
       table: z.string().regex(/^[a-z_][a-z0-9_]{0,62}$/, 'a lower-case SQL identifier: a-z, 0-9 and _, at most 63 characters, not starting with a digit').default(DEFAULT_RATE_LIMIT_TABLE),
@@ -333,7 +333,7 @@ export const configSchema = z.strictObject({
       host: z.string().optional(),
     })
     .prefault({}),
-  /** Issue 28: what the service keeps of asynchronous reactor calls (api/reactor-results.ts). */
+  /** What the service keeps of asynchronous reactor calls (api/reactor-results.ts). */
   reactors: z
     .strictObject({
       async_result_ttl_seconds: z.number().int().min(1).max(30 * 86_400).default(86_400),

@@ -1,5 +1,5 @@
 /**
- * Line and column of an offset in a text, as an editor shows them (issue 29): lines are split at
+ * Line and column of an offset in a text, as an editor shows them: lines are split at
  * LF, CRLF and CR (JSON's and YAML's line breaks), both numbers start at 1, and the column counts
  * characters (code points), not bytes or UTF-16 units. Here rather than in src/http/ because
  * src/config/ may import nothing from the rest of src/, while the body reader may import this.

@@ -1,5 +1,5 @@
 /**
- * A config file that does not parse (issue 29): each problem names the file, line and column, the
+ * A config file that does not parse: each problem names the file, line and column, the
  * parser's reason, and shows the line with a caret under the column, e.g.
  *
  *   /etc/tokenproxy.yaml:3:9: not valid YAML or JSON: Nested mappings are not allowed in compact mappings

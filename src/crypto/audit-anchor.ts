@@ -1,5 +1,5 @@
 /**
- * The audit chain's anchor (issue 23 finding 6; docs/detokenization.md "Audit trail", SECURITY.md).
+ * The audit chain's anchor.
  *
  * The chain alone (store/audit.ts) shows an event removed, changed or reordered only to someone
  * who trusts the head; whoever can write the store can also rewrite the head, or recompute the

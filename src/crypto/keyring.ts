@@ -11,7 +11,7 @@
  *   master key with HKDF (RFC 5869), one `info` per purpose and tenant. They do not depend on the
  *   data keys, so rotation never changes them.
  * - Page cursors are sealed (AES-256-GCM) under per-tenant keys derived the same way, with the
- *   query they page authenticated (issue 31): opaque to clients, and a forged cursor, another
+ *   query they page authenticated: opaque to clients, and a forged cursor, another
  *   tenant's or another query's does not open.
  */
 import { createCipheriv, createDecipheriv, createHmac, createSecretKey, hkdfSync, randomBytes, randomFillSync, type KeyObject } from 'node:crypto';
@@ -256,7 +256,7 @@ export class KeyRing {
     return gcmOpen(this.#tenantKey('cursor', tenantId), gcm, Buffer.from(context, 'utf8'))?.toString('utf8') ?? null;
   }
 
-  /** Anchors audit chain heads under this master key (crypto/audit-anchor.ts, issue 23). */
+  /** Anchors audit chain heads under this master key (crypto/audit-anchor.ts). */
   auditAnchors(): AuditAnchorSigner {
     return anchorSigner(this.#master);
   }

@@ -22,7 +22,7 @@ export interface LoadMasterKeyOptions {
   /** Where the development key lives (embedded store only), normally the database's directory. */
   dataDir: string;
   warn: (msg: string) => void;
-  /** false: a missing development key is an error, not created (the CLI's tools read a store, issue 31). */
+  /** false: a missing development key is an error, not created (the CLI's tools read a store). */
   createDevKey?: boolean;
 }
 
@@ -138,7 +138,7 @@ export function loadMasterKey(opts: LoadMasterKeyOptions): Buffer {
     return rejectPlaceholder(readKeyFile(opts.file, 'master key file', opts.warn), `master key file ${opts.file}`);
   }
   if (opts.storeKind !== 'embedded') {
-    // A shared store (Redis, PostgreSQL: issue 24) has no local directory for a development key.
+    // A shared store (Redis, PostgreSQL) has no local directory for a development key.
     throw new Error(
       `a master key is required with the ${opts.storeKind === 'redis' ? 'Redis' : 'PostgreSQL'} store (every instance must share it): set ${MASTER_KEY_ENV} or secrets.master_key_file (${GENERATE_HINT})`,
     );
@@ -147,7 +147,7 @@ export function loadMasterKey(opts: LoadMasterKeyOptions): Buffer {
 }
 
 /**
- * What to check when the store's data keys were wrapped by another master key (issue 29): where
+ * What to check when the store's data keys were wrapped by another master key: where
  * this key was read from (by the precedence of loadMasterKey) and which setting names the store.
  * A common first-hour case: the service ran once on the development key, then TOKENPROXY_MASTER_KEY
  * was set. Names sources and settings only, never a key or a URL (it may hold a password).

@@ -20,7 +20,7 @@ export interface OpenedRing {
 /**
  * `warn`: where the master-key warnings go (default: the logger). `wrap`: applied to the store
  * before the key ring uses it (the service's metrics time every write, the first data key's too).
- * `existing` (the CLI's tools, issue 31): the store must exist and hold data keys already; nothing
+ * `existing` (the CLI's tools): the store must exist and hold data keys already; nothing
  * is created, neither the store, its directory, the development master key nor a first data key.
  */
 export async function openStoreAndRing(
@@ -35,7 +35,7 @@ export async function openStoreAndRing(
   try {
     return await openRing(config, master, log, wrap, existing);
   } catch (err) {
-    // Issue 29: the key ring knows the key ids, this knows where the key came from: say what to check.
+    // the key ring knows the key ids, this knows where the key came from: say what to check.
     if (err instanceof MasterKeyMismatchError) throw new MasterKeyMismatchError(`${err.message}. ${masterKeyMismatchHint(source, storeSetting(config))}`);
     throw err;
   } finally {

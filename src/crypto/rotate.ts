@@ -9,7 +9,7 @@ import { createLogger } from '../log.js';
 import { openStoreAndRing } from './open.js';
 
 export async function rotateDataKey(config: LoadedConfig, warn: (msg: string) => void): Promise<{ from: string; to: string }> {
-  // existing: a missing store (or one no service has used) is an error; nothing is created (issue 31).
+  // existing: a missing store (or one no service has used) is an error; nothing is created.
   const { store, ring } = await openStoreAndRing(config, createLogger('silent'), warn, undefined, { existing: true });
   try {
     const from = ring.activeKid;

@@ -25,13 +25,13 @@
  * - One request may hold at most MAX_EXPRESSIONS expressions (too_many_expressions, 400) and one
  *   expression at most MAX_EXPRESSION_CHARS characters. Scanning is linear in the input: no
  *   character is examined by more than two parse attempts.
- * - Bounded work per request (issue 23): one ExpressionScan collects every carrier of a request
+ * - Bounded work per request: one ExpressionScan collects every carrier of a request
  *   (JSON, form and text bodies, header values, query, reactor args) against ONE budget, and
  *   rendering stops as soon as the values put in exceed MAX_OUTPUT_BYTES (5 MB, the default
  *   payload limit): each distinct expression is evaluated once, its size counted once per
  *   occurrence, and render() yields to the event loop every RENDER_SLICE_MS.
  * - A key without reveal on a token involved (Resolved.detailed false) gets every failure after
- *   values were put in as one problem, detokenized_value_refused, that names nothing (issue 23:
+ *   values were put in as one problem, detokenized_value_refused, that names nothing (
  *   which header or which filter failed would tell it something about the value).
  *
  * Errors are ServiceErrors with stable codes; their details never quote a value.
@@ -48,7 +48,7 @@ export const MAX_EXPRESSIONS = 1000;
  * default payload limit (server.body_limit_bytes, 5 MB). Checked while rendering.
  */
 export const MAX_OUTPUT_BYTES = 5 * 1024 * 1024;
-/** render() gives the event loop a turn after this much evaluating (issue 23: no long stalls). */
+/** render() gives the event loop a turn after this much evaluating: no long stalls. */
 const RENDER_SLICE_MS = 10;
 /** The most characters between `{{` and `}}` of one expression. */
 export const MAX_EXPRESSION_CHARS = 1000;
@@ -298,7 +298,7 @@ interface Use {
 }
 
 /**
- * The expressions of one request, over every carrier, against one budget (issue 23: a new budget
+ * The expressions of one request, over every carrier, against one budget (a new budget
  * per header or per form field let a request hold any number). Scan every carrier first, resolve
  * `ids` (with `filtersOf`), then render() and put the values in with the Rendering.
  */

@@ -1,5 +1,5 @@
 /**
- * JSON.stringify in turns (issue 23: no request holds the event loop for more than about 50 ms).
+ * JSON.stringify in turns.
  * A POST /detokenize answer may carry up to 5 MB of values (expressions.ts MAX_OUTPUT_BYTES);
  * one JSON.stringify of that took 115-250 ms on a busy 2-core machine, and one Buffer.from of the
  * result another 75-130 ms. This walks the value, hands the text out in pieces of about CHUNK

@@ -12,7 +12,7 @@
  * and either fails the whole request before any value is decrypted, audited or returned.
  * Errors never name the ids (an "id" may be a card number pasted into an expression).
  *
- * Issue 23, `token:use` is a right to send, not to learn: for a token the key may not read with
+ * `token:use` is a right to send, not to learn: for a token the key may not read with
  * `reveal`, its expressions may use only the filters access.computeFilters allows (403 with a
  * fixed detail, before anything is decrypted), and Resolved.detailed is false, so every failure
  * after the values were put in is one uniform problem (expressions.ts valueRefused).
@@ -56,7 +56,7 @@ function originOf(destination: string | undefined): string | null {
 }
 
 /**
- * 403 when an expression over a token uses a filter the key may not use on it (issue 23), before
+ * 403 when an expression over a token uses a filter the key may not use on it, before
  * anything is decrypted. The detail is fixed: it names no filter, argument or id.
  */
 function checkFilters(p: Principal, records: readonly StoredToken[], uses: ExpressionUses): void {

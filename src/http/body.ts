@@ -91,7 +91,7 @@ export const JSON_MEDIA_TYPES: readonly string[] = ['application/json', 'applica
 
 /**
  * Reads and parses a JSON body; `accept` tells the media types allowed and `acceptedTypes` names
- * them for the 415 (issue 29: the answer says what to send). The two halves are the body stage's
+ * them for the 415. The two halves are the body stage's
  * (http/stages.ts), which hands the raw bytes to the idempotency stage in between.
  */
 export async function readJson(
@@ -119,7 +119,7 @@ export function parseJson(buf: Buffer, maxDepth: number, large: LargeBodyMode): 
   if (buf.length > LARGE_JSON_BYTES && large === 'walked') return LargeJsonBody.parse(buf, maxDepth, Date.now());
   if (buf.length > LARGE_JSON_BYTES && large === 'small') return parseElsewhere(buf, maxDepth);
   if (buf.length > LARGE_JSON_BYTES && large === 'args') return ReactorArgsJson.parse(buf, maxDepth);
-  // A body of at most maxDepth bytes cannot open more than maxDepth levels: small bodies skip the scan (issue 25).
+  // A body of at most maxDepth bytes cannot open more than maxDepth levels: small bodies skip the scan.
   if (buf.length > maxDepth && jsonDepthExceeds(buf, maxDepth)) {
     throw new ServiceError('nesting_too_deep', { detail: `The body may be nested at most ${maxDepth} levels deep` });
   }
@@ -127,7 +127,7 @@ export function parseJson(buf: Buffer, maxDepth: number, large: LargeBodyMode): 
   try {
     return JSON.parse(text) as unknown;
   } catch (err) {
-    // The parser's message can quote the body: only its offset is used (json-error.ts, issue 29).
+    // The parser's message can quote the body: only its offset is used (json-error.ts).
     throw new ServiceError('invalid_json', { detail: invalidJsonDetail(text, (err as Error).message, 'The request body') });
   }
 }

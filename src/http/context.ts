@@ -1,6 +1,6 @@
 /**
  * What a request carries through its route's stages (http/stages.ts), and what a route declares
- * so that its stages can be built once, when the routes are built (issue 25): its auth kind, its
+ * so that its stages can be built once, when the routes are built: its auth kind, its
  * body mode, whether it is idempotent. A stage enriches the context, answers, or throws a
  * ServiceError.
  */
@@ -92,7 +92,7 @@ interface RouteBase {
   /** Request and response schemas: they validate the request and make the OpenAPI document (route-schema.ts). */
   schemas?: RouteSchemas;
   /**
-   * The route only refuses its method (issue 28: the 405 managed_by_config of a write): not a
+   * The route only refuses its method: not a
    * method the path allows, so a 405's Allow and a preflight's methods leave it out.
    */
   refused?: true;

@@ -1,5 +1,5 @@
 /**
- * Cross-origin calls from web pages (issue 27), for `public` applications only: their keys are
+ * Cross-origin calls from web pages, for `public` applications only: their keys are
  * meant to sit in a page. An application lists the page origins it serves in `allowed_origins`;
  * private and management applications may not (config load refuses it), so their keys never get
  * an answer a browser would let a page read.

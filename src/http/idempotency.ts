@@ -8,7 +8,7 @@
  *      CLAIMED in the token store in one atomic step, shared by every instance on the store. The
  *      claim holds a SHA-256 of method, path (with query) and body bytes, sealed.
  *   3. The slot holds another request's entry. Made with another API key of the application →
- *      422 idempotency_key_reused, whatever the request (issue 31: a stored answer is the key's,
+ *      422 idempotency_key_reused, whatever the request (a stored answer is the key's,
  *      not the application's). Same key, same request → 409 idempotency_key_in_flight (with
  *      Retry-After) while it runs; once answered, the answer is REPLAYED (status, body, content
  *      type, plus `SVC-IDEMPOTENT-REPLAYED: true`, with this request's own trace id and rate-limit
@@ -19,7 +19,7 @@
  *      thrown error, releases the claim first: a failed request stores nothing and a retry runs
  *      again. A claim left by a crashed process expires after IN_FLIGHT_TTL_MS.
  *
- * Stored answers never hold plaintext (issue 23). Those of POST /tokenize and POST /tokens hold
+ * Stored answers never hold plaintext. Those of POST /tokenize and POST /tokens hold
  * ids and masked card fields only. A route whose answer is a token read by the key (PATCH, which
  * reveals plaintext under a `reveal` rule) declares `replayRecord`: its answer is stored with the
  * record's `data` left out, and a replay shows the token again through that hook, i.e. through
@@ -188,7 +188,7 @@ export class Idempotency {
     const found = await this.#o.store.claimIdempotencyKey(slot, owner, this.#seal({ v: ENTRY_VERSION, h, k }, aad), this.#o.inFlightTtlMs);
     if (found.state === 'claimed') return { slot, aad, owner, h, k };
     const entry = await this.#open(found.sealed, aad);
-    // Another API key of the application: refused whatever its request was (issue 31).
+    // Another API key of the application: refused whatever its request was.
     if (entry.v === ENTRY_VERSION && entry.k !== k) {
       throw new ServiceError('idempotency_key_reused', { detail: 'This SVC-IDEMPOTENCY-KEY was used by another API key of the application; use a new key' });
     }

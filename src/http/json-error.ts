@@ -1,5 +1,5 @@
 /**
- * What a `400 invalid_json` says (issue 29): where the body stops being JSON, as a line and a
+ * What a `400 invalid_json` says: where the body stops being JSON, as a line and a
  * column, and that an empty body is empty. Never any text of the body: V8's parser messages quote
  * it ("Unexpected token '}', "{"card":"4242…"}" is not valid JSON"), so only the offset is taken
  * from them and the text is built here.

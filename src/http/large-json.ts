@@ -3,7 +3,7 @@
  *
  * JSON.parse, the walk and JSON.stringify are each linear, but on a 5 MB body of 600,000 members
  * or 1.7 M empty arrays each takes hundreds of milliseconds, during which every other request
- * waits (issue 10: 1.4 s). Above LARGE_JSON_BYTES the body goes to a worker instead: it parses
+ * waits. Above LARGE_JSON_BYTES the body goes to a worker instead: it parses
  * and walks it and sends back only the walk's summary (at most 101 strings/definitions and 100
  * error fields); the vault creates the tokens as for any body; the worker then parses the bytes
  * again, puts the results in place and serializes the answer, which is written as bytes. The

@@ -1,6 +1,6 @@
 /**
  * What the request pipeline reports to the metrics registry (src/metrics/registry.ts implements it). Declared
- * here, by the code that reports, so that it does not import the registry (issue 25: no upward
+ * here, by the code that reports, so that it does not import the registry (no upward
  * arrows).
  */
 /** The route label of a request no route matched (404/405): a fixed value, never the path. */

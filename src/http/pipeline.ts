@@ -51,7 +51,7 @@ interface Entry<C> {
 }
 
 export function createPipeline(opts: PipelineOptions): (req: IncomingMessage, res: ServerResponse) => void {
-  // A 404 says where the routes are (issue 29), when this listener serves the document.
+  // A 404 says where the routes are, when this listener serves the document.
   const listed = opts.routes.some((r) => r.method === 'GET' && r.path === OPENAPI_PATH);
   // Each route's stages are chosen here, once (stages.ts), not per request.
   const entries = opts.routes.map((r) => ({ method: r.method, path: r.path, refused: r.refused === true, compiled: compileRoute(r, opts) }));
@@ -149,7 +149,7 @@ async function handle(opts: PipelineOptions, router: Router<Entry<CompiledRoute>
   try {
     const path = routedPath(req.url ?? '/');
     if (hasDotSegment(path)) throw dotSegmentRefused(router, ctx, path);
-    // Only a request that names another origin pays for CORS (issue 27): one header lookup.
+    // Only a request that names another origin pays for CORS: one header lookup.
     const origin = req.headers.origin === undefined ? undefined : crossOrigin(req);
     if (origin !== undefined && req.method === 'OPTIONS' && req.headers['access-control-request-method'] !== undefined
       && preflight(opts, router, ctx, origin, path)) return;

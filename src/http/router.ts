@@ -21,7 +21,7 @@ interface Compiled<R> {
 export class Router<R extends { method: string; path: string; refused?: boolean }> {
   private readonly compiled: Compiled<R>[];
 
-  /** `notFound`: the detail of a route_not_found, e.g. where the routes are listed (issue 29). */
+  /** `notFound`: the detail of a route_not_found, e.g. where the routes are listed. */
   constructor(routes: R[], private readonly notFound?: string) {
     this.compiled = routes.map((route) => {
       const segments = route.path.split('/').filter(Boolean);
@@ -45,7 +45,7 @@ export class Router<R extends { method: string; path: string; refused?: boolean 
         return { route: c.route, params: m.params, rest: m.rest };
       }
       matched = true;
-      // A route that only refuses its method (issue 28's 405 managed_by_config) is not allowed.
+      // A route that only refuses its method is not allowed.
       if (c.route.refused !== true) allowed.push(c.method);
     }
     if (matched) {

@@ -1,5 +1,5 @@
 /**
- * The one stage list (issue 25), run by both entries (pipeline.ts: the HTTP request and the
+ * The one stage list, run by both entries (pipeline.ts: the HTTP request and the
  * upgrade request):
  *
  *   route → identify → authenticate → rate limit → input → idempotency → body → handler

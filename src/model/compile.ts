@@ -1,5 +1,5 @@
 /**
- * The compile step (issue 25): a loaded config (plain, validated data from src/config/) becomes
+ * The compile step: a loaded config (plain, validated data from src/config/) becomes
  * the immutable model that request handling reads, in one pass: `compile(config)` returns the
  * model or every problem. Each section compiler returns its compiled value or its problems (the
  * tenants in tenants.ts; the proxies in src/proxy/compile.ts; the outbound allow-lists in
@@ -84,7 +84,7 @@ function requestLimits(server: LoadedConfig['server']): RequestLimits {
 
 /**
  * The config with every API key and proxy key given in plaintext replaced by its SHA-256 digest
- * (`{sha256}`, `key_sha256`), as if the file had held digests (issue 23): the model never holds a
+ * (`{sha256}`, `key_sha256`), as if the file had held digests: the model never holds a
  * configured key, and a reload compiles its new file the same way. The loaded config is left as
  * it was (the caller drops it).
  */

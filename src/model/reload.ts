@@ -114,14 +114,14 @@ export class Reloader {
     let model: Model;
     let restartNeeded: string[];
     try {
-      // One compile (issue 25): the file's live settings over the running ones, compiled once; the
+      // One compile: the file's live settings over the running ones, compiled once; the
       // loader's problems with the file and the compiler's are refused together.
       const read = readConfigFile({ path: running.source });
       const applied = applyLive(running, read.config);
       const compiled = compile(applied.config);
       const problems = [...read.problems, ...(Array.isArray(compiled) ? compiled : [])];
       if (problems.length > 0 || Array.isArray(compiled)) throw new ConfigError(problems);
-      // issue 29: production mode refuses the published development keys at a reload as at start.
+      // production mode refuses the published development keys at a reload as at start.
       const published = applied.config.server.mode === 'production' ? publishedKeyRefusal(applied.config) : null;
       if (published) throw new ConfigError([`production mode: ${published}`]);
       restartNeeded = applied.restartNeeded;

@@ -1,5 +1,5 @@
 /**
- * The tenants section of the compile step (issue 25): each tenant compiled in one pass into its
+ * The tenants section of the compile step: each tenant compiled in one pass into its
  * domain objects (src/auth/tenancy.ts), its keys as digests, its compiled proxies, its reactor
  * definitions and its outbound allow-list (CA files read here, once), or every problem in it,
  * each prefixed with its config path.
@@ -33,7 +33,7 @@ export function reactorKey(tenantId: string, reactorId: string): string {
 }
 
 /**
- * Issue 28: a management application that lists none of the management reads holds all of them,
+ * a management application that lists none of the management reads holds all of them,
  * so the GET /applications, /proxies and /reactors that every management key had before these
  * permissions existed keep answering for configs written then. Listing any one of them opts out.
  */
@@ -43,7 +43,7 @@ function withManagementReads(a: ApplicationConfig): readonly Permission[] {
   return MANAGEMENT_READ_PERMISSIONS.some(lists) ? a.permissions : [...a.permissions, ...MANAGEMENT_READ_PERMISSIONS];
 }
 
-/** An application's access rules sorted and its scopes computed, once (issue 25). */
+/** An application's access rules sorted and its scopes computed, once. */
 export function compileApplication(a: ApplicationConfig): Application {
   const grants = { permissions: Object.freeze([...withManagementReads(a)]), rules: Object.freeze(sortRules(a.rules).map((r) => Object.freeze({ ...r }))) };
   return Object.freeze({

@@ -11,7 +11,7 @@
  * IPv4-mapped IPv6 addresses (`::ffff:10.0.0.1`, what a dual-stack socket reports for IPv4 peers)
  * are matched as, and returned as, their IPv4 form, so one client has one counter.
  *
- * Per-IP rate limits count an IPv6 client by its network (`addressBlock`, issue 31): a host is
+ * Per-IP rate limits count an IPv6 client by its network (`addressBlock`): a host is
  * usually given a whole /64 and may pick any address in it, so counting full addresses let one
  * host rotate past every per-IP limit.
  */
@@ -149,7 +149,7 @@ function ipv6Words(address: string): number[] | undefined {
 }
 
 /**
- * What per-IP rate limits count a client address by (issue 31): an IPv4 address (an IPv4-mapped
+ * What per-IP rate limits count a client address by: an IPv4 address (an IPv4-mapped
  * IPv6 one, dotted or hex, counts as its IPv4 form) as it is; an IPv6 address as its network of
  * `ipv6Prefix` bits (`server.ipv6_prefix`, default 64), written `<network hextets>/<prefix>`, so
  * every address a host can choose inside its /64, however it is spelt, is one client. Anything

@@ -188,7 +188,7 @@ export class ProxyBody {
   jsonValue(): unknown {
     if (this.json) return this.json.value;
     if (this.bytes.length === 0) return undefined;
-    // At most maxDepth bytes cannot open more than maxDepth levels: no scan (issue 25, as http/body.ts).
+    // At most maxDepth bytes cannot open more than maxDepth levels: no scan.
     if (this.bytes.length > this.maxDepth && jsonDepthExceeds(this.bytes, this.maxDepth)) {
       throw new ServiceError('nesting_too_deep', { detail: `The body is nested deeper than ${this.maxDepth} levels` });
     }
@@ -196,7 +196,7 @@ export class ProxyBody {
     try {
       this.json = { value: JSON.parse(text) };
     } catch (err) {
-      // Where it stops parsing, never what it holds (http/json-error.ts, issue 29).
+      // Where it stops parsing, never what it holds (http/json-error.ts).
       throw new ServiceError('invalid_json', { detail: invalidJsonDetail(text, (err as Error).message, 'The body (declared as JSON)') });
     }
     return this.json.value;

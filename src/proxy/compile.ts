@@ -1,5 +1,5 @@
 /**
- * Proxies compiled once at start-up, in one pass (issue 25): JSON pointers parsed (json-ptr),
+ * Proxies compiled once at start-up, in one pass: JSON pointers parsed (json-ptr),
  * regexes and expressions compiled, code transforms turned into reactor-runtime definitions, the
  * destination split into a fixed origin and base path. `compileProxy` returns the compiled proxy
  * or every problem by config path, so a bad pointer or regex stops start-up with a message instead
@@ -52,7 +52,7 @@ export interface CompiledProxy {
   /** Creates the tokens of tokenize transforms: the proxy itself, in its tenant. */
   principal: Principal;
   /**
-   * The path its requests take, chosen here, not per request (issue 25). `buffered`: the body is
+   * The path its requests take, chosen here, not per request. `buffered`: the body is
    * read before forwarding (a request transform, or the leak guard blocks); else it streams.
    */
   buffered: boolean;
@@ -84,7 +84,7 @@ function hasCaptureGroup(regex: RegExp): boolean {
 
 /**
  * A URL without credentials, query or fragment (each may hold a secret; the fragment is never
- * sent to the destination, so showing it serves nothing, issue 28 review): what the management
+ * sent to the destination, so showing it serves nothing): what the management
  * routes show.
  */
 function safeUrl(raw: string): string {
@@ -97,7 +97,7 @@ function safeUrl(raw: string): string {
 }
 
 /**
- * A transform as the management routes show it (issue 28: an object in the original's shape): no
+ * A transform as the management routes show it: no
  * code, code file path or appended value, any of which may hold a secret or a host path.
  */
 function transformView(tr: ProxyConfig['request_transforms'][number] | ProxyConfig['response_transforms'][number]): ProxyTransformView {
@@ -148,7 +148,7 @@ function tokenizeStep(tr: Extract<ProxyConfig['request_transforms'][number], { t
     }
     // Deduplication matches only tokens the caller may read; the proxy creates its tokens as
     // itself and reads none, so the flag could never match: say so instead of ignoring it.
-    // An alias id (issue 26) is checked here, once; whether the value can have it, per request.
+    // An alias id is checked here, once; whether the value can have it, per request.
     if (f.token.id !== undefined) {
       const alias = isIdExpression(f.token.id) ? parseAlias(f.token.id, f.token.type) : 'a proxy creates many tokens: a fixed id would conflict; use an alias expression ({{ data | alias_card }}, …)';
       if (typeof alias === 'string') problems.push(`${here}.token.id: ${alias}`);

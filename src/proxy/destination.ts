@@ -68,7 +68,7 @@ function fullyDecoded(segment: string): string {
 export function safeSuffix(rawSuffix: string): string {
   if (rawSuffix === '') return '';
   // Most suffixes are plain (`/v1/charges`): no escape, `;`, backslash, control character, empty
-  // or dot segment; nothing below would refuse or change them (issue 25: no split a request).
+  // or dot segment; nothing below would refuse or change them.
   if (SIMPLE_SUFFIX.test(rawSuffix) && !(rawSuffix.includes('.') && DOT_SEGMENT.test(rawSuffix))) return rawSuffix;
   if (rawSuffix.includes('\\')) throw refuse('Backslashes are not allowed in the proxy path');
   const segments = rawSuffix.split('/');

@@ -5,7 +5,7 @@
  * checks `token:use` and writes the audit event), and only then substituted. A failure anywhere
  * throws before a byte is sent. The expression syntax itself lives in src/detokenize/expressions.ts.
  *
- * Issue 23: every carrier of the request goes through ONE ExpressionScan (one budget of 1,000
+ * every carrier of the request goes through ONE ExpressionScan (one budget of 1,000
  * expressions, one 5 MB bound on the values put in), and a header refused after substitution is,
  * for a key without reveal, the uniform detokenized_value_refused that names no header.
  */

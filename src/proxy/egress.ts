@@ -106,7 +106,7 @@ const SHARED_SUFFIXES = new Set([
 ]);
 
 /**
- * A wildcard pattern needs a fixed registrable part after its last `*` (issue 23): `*` alone
+ * A wildcard pattern needs a fixed registrable part after its last `*`: `*` alone
  * (every single-label host), `*.*`, `*.com` (a wildcard over a single public-suffix label),
  * `*.co.uk` and `*.herokuapp.com` (public suffixes of more labels) are refused at config load.
  */
@@ -129,7 +129,7 @@ export interface OutboundSection {
 }
 
 /**
- * One tenant's `outbound` section compiled (issue 25): every entry parsed and its CA file read
+ * One tenant's `outbound` section compiled: every entry parsed and its CA file read
  * once, here, or the problems, each prefixed with its config path.
  */
 export function compileOutbound(outbound: OutboundSection, at: string): Compiled<readonly AllowedEntry[]> {
@@ -261,7 +261,7 @@ export class EgressPolicy {
 
   /**
    * `byTenant`: each tenant's compiled allow-list (compileOutbound; the model builds the policy,
-   * issue 25). Pools are made on first use and closed by `close`.
+   *). Pools are made on first use and closed by `close`.
    */
   constructor(readonly byTenant: ReadonlyMap<string, readonly AllowedEntry[]>, opts: EgressOptions = {}) {
     this.lookup = opts.lookup ?? systemLookup;

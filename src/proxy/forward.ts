@@ -1,6 +1,6 @@
 /**
  * What the inbound (inbound.ts) and the outbound proxy (outbound.ts) share once the destination
- * is chosen (issue 25): the checks on the caller's framing, the answer's headers, and what a
+ * is chosen: the checks on the caller's framing, the answer's headers, and what a
  * forwarding failure becomes before and after the answer started.
  */
 import type { OutgoingHttpHeaders } from 'node:http';

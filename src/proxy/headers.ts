@@ -29,7 +29,7 @@ function connectionListed(headers: IncomingHttpHeaders | Record<string, unknown>
   const c = headers.connection;
   if (c === undefined) return NONE;
   // `keep-alive` or `close`, what almost every peer sends (a Node destination on every answer):
-  // the same sets as the parse below gives, without a Set and three arrays a request (issue 25).
+  // the same sets as the parse below gives, without a Set and three arrays a request.
   if (c === 'keep-alive' || c === 'Keep-Alive') return KEEP_ALIVE;
   if (c === 'close' || c === 'Close') return CLOSE;
   const value = Array.isArray(c) ? c.join(',') : typeof c === 'string' ? c : '';

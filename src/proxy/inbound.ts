@@ -1,5 +1,5 @@
 /**
- * The inbound proxy (issue 5): `ANY /proxy/<suffix>` authenticated by SVC-PROXY-KEY (the
+ * The inbound proxy: `ANY /proxy/<suffix>` authenticated by SVC-PROXY-KEY (the
  * pipeline did that, and the rate limit), then either
  *  - pass-through: request and response stream through without being buffered (the leak guard,
  *    in `log` mode, scans the bytes as they pass), or
@@ -219,7 +219,7 @@ export class InboundProxy {
     }
     if (proxy.settings.leak_guard !== 'off') {
       const block = proxy.settings.leak_guard === 'block';
-      // The alias ids this request's tokenize steps drew (issue 26) are tokens, not cards, though
+      // The alias ids this request's tokenize steps drew are tokens, not cards, though
       // an alias_card one passes Luhn: they are let through; a real card in the same request is not.
       const aliases = outcome.prepared.some((x) => x.def.alias !== null)
         ? new Set(outcome.prepared.filter((x) => x.def.alias !== null).map((x) => x.record.id))
@@ -342,7 +342,7 @@ export class InboundProxy {
   }
 
   /**
-   * The body is in a charset the leak guard cannot decode (issue 31): its scan may miss what the
+   * The body is in a charset the leak guard cannot decode: its scan may miss what the
    * destination reads. `block` refuses it; `log` forwards it and says so. The label is not logged
    * (it is the sender's text).
    */
@@ -374,7 +374,7 @@ export class InboundProxy {
 
 /**
  * What transforms see of the request: no URL parsed for an empty query, the child logger made only
- * if a code transform logs. A class rather than an object literal with a getter (issue 25: one
+ * if a code transform logs. A class rather than an object literal with a getter (one
  * allocation of a shape V8 keeps, no closure).
  */
 class RequestView implements TransformContext {

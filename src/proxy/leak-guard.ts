@@ -8,7 +8,7 @@
  * (`card4242…`).
  *
  * The bytes are scanned as the destination will read them (`LeakScanner`). First the charset
- * (issue 31): a body in UTF-16 (by its `charset` parameter, by a byte order mark, or, for JSON,
+ *: a body in UTF-16 (by its `charset` parameter, by a byte order mark, or, for JSON,
  * by the NUL bytes RFC 4627 §3 detects it by) or in a legacy multibyte charset is decoded first,
  * so its digits are seen as the destination sees them; a charset that cannot be decoded marks the
  * scan `undecodable` (a blocking proxy refuses the body). Then the media type: in any JSON type
@@ -39,7 +39,7 @@ export const NO_ALIASES: ReadonlySet<string> = new Set();
 
 export class CardScanner {
   /**
-   * Numbers that are not findings: the Luhn-valid alias ids (issue 26, `alias_card`) the same
+   * Numbers that are not findings: the Luhn-valid alias ids the same
    * request's tokenize step made. They are tokens, not cards; any other card still counts.
    */
   constructor(private readonly allowed: ReadonlySet<string> = NO_ALIASES) {}
@@ -139,7 +139,7 @@ export type BodyEncoding = 'json' | 'form' | 'raw';
 const JSON_LINES = new Set(['application/x-ndjson', 'application/ndjson', 'application/jsonl', 'application/x-jsonlines', 'application/json-seq']);
 
 /**
- * `json` for every JSON media type (issue 31: `text/json` reached the destination with its
+ * `json` for every JSON media type (`text/json` reached the destination with its
  * escapes unread): a subtype `json` or `x-json` under any type, a `+json` suffix (RFC 6839), JSON
  * lines. `form` for x-www-form-urlencoded, else `raw`.
  */

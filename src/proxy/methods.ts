@@ -1,5 +1,5 @@
 /**
- * Methods the inbound proxy never forwards (issue 10): `TRACE` has the destination echo the
+ * Methods the inbound proxy never forwards: `TRACE` has the destination echo the
  * request back, including the `Authorization` tokenproxy adds from the credentials in
  * `destination_url` (which the management view hides); `CONNECT` asks for a tunnel to wherever
  * its target names. Both are `405 method_not_allowed` without an `Allow` header: every other

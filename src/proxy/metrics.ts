@@ -1,6 +1,6 @@
 /**
  * What a proxy reports to the metrics registry (src/metrics/registry.ts implements it). Declared
- * here, by the code that reports, so that it does not import the registry (issue 25: no upward
+ * here, by the code that reports, so that it does not import the registry (no upward
  * arrows).
  */
 /** One proxy's children, resolved once when the proxy is compiled. */

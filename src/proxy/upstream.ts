@@ -124,7 +124,7 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
     // Two listeners a request ('drain' only once a write had to wait): a Writable that finished,
     // failed or was destroyed emits 'close' after it ('finish' comes first; an error is stored as
     // `errored`), so 'close' alone tells how it ended. Both are shared functions: the handler
-    // rides on the sink, so no closure is made a request (issue 25).
+    // rides on the sink, so no closure is made a request.
     (sink as HandledSink)[HANDLER] = this;
     sink.on('error', noop);
     sink.on('close', onSinkClose);

@@ -13,7 +13,7 @@
  * Stores: rate-limiter-flexible's RateLimiterMemory (one instance; RateLimiterCluster in the
  * workers of `server.workers > 1`, counters in the primary), RateLimiterRedis (counters shared by
  * every instance on one Redis node, Redis Cluster or Sentinel setup: src/redis/connect.ts) or
- * RateLimiterPostgres on the token store's pool (issue 24: postgres.ts). Every
+ * RateLimiterPostgres on the token store's pool. Every
  * counter touches one key (a script, or a MULTI on that key for a block), so a Cluster needs no
  * cross-slot command; the tenant is the key's hash tag (`<prefix><rule>:{<tenant>}:<identity>`),
  * which keeps one tenant's counters in one slot and spreads tenants over the shards. rate-limiter-flexible resolves a consume with a
@@ -31,7 +31,7 @@
  * is down (`rejectIfRedisNotReady`, plus `enableOfflineQueue: false` on a client we create), and
  * ioredis reconnects on its own, so limits work again when Redis is back without a restart.
  *
- * PostgreSQL down (issue 24): the same two modes, the same `timeout_ms` bound and the same logs.
+ * PostgreSQL down: the same two modes, the same `timeout_ms` bound and the same logs.
  * The pool fails a query at once when the server refuses connections; a server that does not
  * answer holds the check until `timeout_ms` (the statement itself waits in the pool up to its own
  * connect and query timeouts, then fails). The pool opens new connections once PostgreSQL is
@@ -268,7 +268,7 @@ export class RateLimitService {
 
     const rules: CompiledRule[] = [];
     const keys: string[] = [];
-    // Issue 31: an IPv6 client is counted by its /64 (or server.ipv6_prefix), not the full address.
+    // an IPv6 client is counted by its /64 (or server.ipv6_prefix), not the full address.
     const client = addressBlock(subject.clientIp, this.ipv6Prefix);
     for (let i = 0; i < n; i++) {
       const rule = candidates[i];

@@ -1,5 +1,5 @@
 /**
- * Rate-limit counters in PostgreSQL (issue 24, `rate_limits.store: postgres`): rate-limiter-flexible's
+ * Rate-limit counters in PostgreSQL: rate-limiter-flexible's
  * RateLimiterPostgres on the token store's own pool, so several instances need PostgreSQL and
  * nothing else.
  *

@@ -102,21 +102,21 @@ export const ROUTE_GROUPS: readonly RouteGroup[] = [
 /** Every route a limit can apply to: all but the health check (probes are never limited). */
 export const LIMITED_ROUTES: readonly RouteGroup[] = ROUTE_GROUPS.filter((r) => r !== 'health');
 /**
- * Not a route: the `tokenize` a reactor returned, counted once the reactor ran (issue 31) on the
+ * Not a route: the `tokenize` a reactor returned, counted once the reactor ran on the
  * creating rules only, as one POST /tokenize (rate-limit/stage.ts countReactorTokenize). It is in
  * no other rule's list (not in ROUTE_GROUPS), so the call is not counted twice on the key's rule.
  */
 export const REACTOR_TOKENIZE: RouteGroup = 'reactor.tokenize';
 /** Spec: "Listing tokens (GET /tokens, GET /tokens/search)". */
 export const LISTING_ROUTES: readonly RouteGroup[] = ['tokens.list', 'tokens.search.get'];
-/** Spec: "Creating tokens (POST /tokens, POST /tokenize)", and what a reactor's `tokenize` creates (issue 31). */
+/** Spec: "Creating tokens (POST /tokens, POST /tokenize)", and what a reactor's `tokenize` creates. */
 export const CREATING_ROUTES: readonly RouteGroup[] = ['tokens.create', 'tokenize', REACTOR_TOKENIZE];
 
 export const RULES: readonly RuleDefinition[] = [
   { name: 'test_tenant', title: 'Test tenant', counter: 'api_key', match: { routes: LIMITED_ROUTES, testTenant: true } },
   { name: 'management_key', title: 'Management API key', counter: 'api_key', match: { routes: LIMITED_ROUTES, keyKinds: ['management'] } },
   { name: 'public_key', title: 'Public API key', counter: 'api_key_ip', match: { routes: LIMITED_ROUTES, keyKinds: ['public'] } },
-  // Not in the spec's tables (issue 31): public keys live in browser code and `public_key` counts
+  // Not in the spec's tables: public keys live in browser code and `public_key` counts
   // per address, so without a ceiling one key could be used without bound from many addresses.
   { name: 'public_key_total', title: 'Public API key, all addresses', counter: 'api_key', match: { routes: LIMITED_ROUTES, keyKinds: ['public'] } },
   { name: 'proxy_endpoint', title: 'Proxy endpoint', counter: 'proxy_key', match: { routes: ['proxy'] } },
@@ -212,7 +212,7 @@ export function resolveRules(tier: Tier, custom: Readonly<Record<string, RateRul
 }
 
 /**
- * A tenant's rate-limit table compiled (issue 25): its tier's rules with its custom overrides
+ * A tenant's rate-limit table compiled: its tier's rules with its custom overrides
  * merged, built once by the compile step, or the problems of `custom_rate_limits` (prefixed with
  * `at`, the tenant's config path).
  */

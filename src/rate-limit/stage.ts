@@ -27,7 +27,7 @@ type Metrics = { rateLimited(rule: string): void };
 
 /**
  * Reactor calls the stage admitted, by request context: what countReactorTokenize needs to count
- * the call's `tokenize` later, on the same counters (issue 31). Weak: gone with the request.
+ * the call's `tokenize` later, on the same counters. Weak: gone with the request.
  */
 const reactorCalls = new WeakMap<object, { limits: RateLimitService; metrics: Metrics | undefined; subject: RateLimitSubject }>();
 
@@ -66,7 +66,7 @@ export function createRateLimitStage(limits: RateLimitService, metrics?: Metrics
 }
 
 /**
- * Issue 31: the tokens a reactor's `tokenize` creates count on the caller's creating rules
+ * the tokens a reactor's `tokenize` creates count on the caller's creating rules
  * (`creating_tokens`, and `legacy_tokens_create` for a legacy application) as one POST /tokenize
  * does, on the same counters. Called by the reactor route once the reactor returned `tokenize` and
  * before any token is created: an exhausted rule throws 429 rate_limited (nothing is created); else

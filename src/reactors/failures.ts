@@ -57,7 +57,7 @@ export function failureToError(f: CallFailure, ctx: FailureContext): ServiceErro
 const USER_TEXT: ReadonlySet<ErrorCode> = new Set<ErrorCode>(['reactor_runtime_error', 'reactor_error', 'reactor_invalid_output']);
 
 /**
- * Issue 23: a reactor's own error text can hold the detokenized values it was given
+ * a reactor's own error text can hold the detokenized values it was given
  * (`throw new Error('bad card ' + JSON.stringify(req.args))`), which the caller may only use, not
  * read. Such an answer keeps its status and code but carries the catalogue's generic detail and an
  * `error_id`; the reactor's text goes to the log under the same id (card numbers scrubbed there,

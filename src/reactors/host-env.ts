@@ -1,5 +1,5 @@
 /**
- * The reactor host's environment (issue 31): the host runs tenant code, so an isolate escape there
+ * The reactor host's environment: the host runs tenant code, so an isolate escape there
  * must find no master key, no store password and no other secret of the service's own
  * environment. It is built from an allow-list, never by removing the secrets we know of: a
  * variable an operator adds later (a cloud credential, an APM key) stays out by default.

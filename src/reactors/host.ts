@@ -137,7 +137,7 @@ function isolatedVmLoads(): boolean {
 }
 
 if (process.send && isolatedVmLoads()) {
-  // issue 29: a terminal's Ctrl-C, `timeout` or a service manager signals the whole process group,
+  // a terminal's Ctrl-C, `timeout` or a service manager signals the whole process group,
   // this host with it. The main process stops it (it disconnects, below) once its requests in
   // flight are done; dying on the signal itself cut those calls and read as a crash to restart.
   // A main process that dies outright disconnects too, so the host never outlives it.

@@ -132,7 +132,7 @@ interface Compiled {
 let serials = 0;
 
 /**
- * An isolate keeps compiled code, never data (issue 23): every call runs in a context of its own,
+ * An isolate keeps compiled code, never data: every call runs in a context of its own,
  * built from the compiled harness and module, so globals, module-level variables, closures and
  * changes to built-ins (`Object.prototype`) made by one call are gone before the next. The next
  * call's context is built as soon as a call ends, while the isolate waits, so a warm call finds it

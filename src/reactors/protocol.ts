@@ -58,7 +58,7 @@ export type CallFailure =
  * Which isolate served a call (host diagnostics, never user data): a serial number per isolate
  * in this host, and the call's number on that isolate. Tests and benchmarks use it to tell warm,
  * cold-started and replaced isolates apart, since reactor code can no longer keep a counter of
- * its own across calls (issue 23).
+ * its own across calls.
  */
 export interface ServedBy {
   isolate: number;

@@ -141,7 +141,7 @@ const ignore = (): void => {};
  * ioredis listens to its socket's 'error' once (`stream.once`, ioredis 5 and 6). A TLS socket can
  * emit a second error: after a refused certificate the server's alert arrives as another error
  * ("tlsv1 alert decode error"), with no listener left, and an unhandled 'error' ends the process
- * (ioredis issue 1183). The first error already reached the client's 'error' event, which the
+ * (ioredis). The first error already reached the client's 'error' event, which the
  * callers log: on it, the socket gets a listener that drops the rest.
  */
 function guardStreamErrors(client: Redis): Redis {

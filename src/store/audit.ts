@@ -42,7 +42,7 @@ export interface AuditHead {
   hash: string;
 }
 
-/** A head as a store keeps it: with its anchor, or null for a head written before anchoring (issue 23). */
+/** A head as a store keeps it: with its anchor, or null for a head written before anchoring. */
 export interface StoredAuditHead extends AuditHead {
   anchor: string | null;
 }

@@ -1,5 +1,5 @@
 /**
- * Moving a vault from one store to another (issue 24 item 4, `tokenproxy store copy`), on the
+ * Moving a vault from one store to another, on the
  * ports only (store/types.ts): whatever format a backend keeps inside, records move as the ports
  * hand them over. Nothing is decrypted: ciphertext, digests and wrapped data keys move as they are
  * (so the master key stays the same).

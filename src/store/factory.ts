@@ -19,7 +19,7 @@ export interface StoreConfig extends RedisTopology {
   key_prefix: string;
   wait_replicas?: number;
   wait_timeout_ms?: number;
-  /** PostgreSQL: the pool's size (issue 24). */
+  /** PostgreSQL: the pool's size. */
   pool_size?: number;
 }
 
@@ -28,12 +28,12 @@ export interface CreateStoreOptions {
   baseDir?: string;
   /**
    * The CLI's tools (verify-audit, rotate-data-key): an embedded store that does not exist is
-   * StoreMissingError, never created with its directory (issue 31).
+   * StoreMissingError, never created with its directory.
    */
   mustExist?: boolean;
   log?: Logger;
   /**
-   * `tokenproxy migrate` (issue 24 item 3): open a store that holds an older format without the
+   * `tokenproxy migrate`: open a store that holds an older format without the
    * StoreFormatError a service start gives, so its migrator() can convert it.
    */
   forMigration?: boolean;

@@ -19,7 +19,7 @@ export type IdempotencyClaim =
   /** A request answered successfully; `sealed` holds that answer. */
   | { state: 'done'; sealed: string };
 
-/** The idempotency port (issue 24 item 5). Contract suite: test/store/idempotency-contract.ts. */
+/** The idempotency port. Contract suite: test/store/idempotency-contract.ts. */
 export interface IdempotencyPort {
   /**
    * One atomic step (across every instance sharing the store): when the slot holds a live entry

@@ -1,5 +1,5 @@
 /**
- * What the token store keeps of asynchronous reactor calls (issue 28: POST /reactors/{id}/react-async,
+ * What the token store keeps of asynchronous reactor calls (POST /reactors/{id}/react-async,
  * GET /reactors/{id}/results/{requestId}). One entry per call: its tenant, its request id, and a
  * sealed body (ciphertext from the key ring; api/reactor-results.ts decides what is inside: the
  * asking application, the state, the answer). The store never looks inside it and forgets the
@@ -16,7 +16,7 @@ export interface StoredReactorResult {
   expires_ms: number;
 }
 
-/** The reactor result port (issue 28). Contract suite: test/store/reactor-results-contract.ts. */
+/** The reactor result port. Contract suite: test/store/reactor-results-contract.ts. */
 export interface ReactorResultPort {
   /** Writes the entry, replacing the one of the same tenant and id (pending, then its result). */
   putReactorResult(entry: StoredReactorResult): Promise<void>;

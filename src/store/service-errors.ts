@@ -1,5 +1,5 @@
 /**
- * Store errors become service errors here, in one place (issue 24 item 5): the ports the request
+ * Store errors become service errors here, in one place: the ports the request
  * path uses (the vault, the detokenizer, the audit trail behind them and GET /logs, the
  * idempotency stage) are wrapped so that every call that fails with
  *

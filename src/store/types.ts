@@ -69,7 +69,7 @@ export interface Page {
 
 /**
  * A page of the audit log: after the cursor, the first `skip` matching events are passed over
- * (GET /logs?page=N, the original's page numbers, issue 28). The store skips inside its query, so
+ * (GET /logs?page=N, the original's page numbers). The store skips inside its query, so
  * the page is still full; the cost grows with `skip` (the route bounds it).
  */
 export interface AuditPage extends Page {
@@ -106,7 +106,7 @@ export interface InsertOptions {
 }
 
 /**
- * The token port: the vault's records (issue 24 item 5: one of the four ports a `Store` bundles).
+ * The token port: the vault's records.
  * Contract suite: test/store/tokens-contract.ts, run against every backend.
  */
 export interface TokenPort {
@@ -176,7 +176,7 @@ export interface DataKeyPort {
 export type StoreKind = 'embedded' | 'redis' | 'postgres';
 
 /**
- * A backend's on-disk (or in-RAM) format upgrade (issue 24 item 3), run by `tokenproxy migrate`
+ * A backend's on-disk (or in-RAM) format upgrade, run by `tokenproxy migrate`
  * (src/commands/migrate.ts) through `Store.migrator()`. Resumable: every step commits its progress in
  * the store itself, so a migration killed with -9 goes on from where it stood on the next run.
  * Records keep their ciphertext as it is (nothing is decrypted to migrate).
@@ -190,7 +190,7 @@ export interface FormatMigrator {
 
 /**
  * Raised by a store's connect when it holds a format older than this code reads and the upgrade
- * is not one to run at start-up (issue 24 item 3): the message names both versions and the command.
+ * is not one to run at start-up: the message names both versions and the command.
  */
 export class StoreFormatError extends Error {
   constructor(readonly found: number, readonly wanted: number, detail: string) {
@@ -201,7 +201,7 @@ export class StoreFormatError extends Error {
 
 /**
  * One backend (src/store/embedded/, redis/, postgres/): its four ports over one connection, and
- * the connection's lifecycle. Consumers take only the port they need (issue 24 item 5): the vault
+ * the connection's lifecycle. Consumers take only the port they need: the vault
  * and the detokenizer `tokens`, the audit trail `audit`, the key ring `dataKeys`, the idempotency
  * stage `idempotency`; only wiring (server.ts, crypto/open.ts, the CLI) holds the whole store.
  * Every port of every backend throws StoreUnavailableError when the store fails (connection,
@@ -215,7 +215,7 @@ export interface Store {
   readonly dataKeys: DataKeyPort;
   /** Idempotency entries (SVC-IDEMPOTENCY-KEY): store/idempotency.ts. */
   readonly idempotency: IdempotencyPort;
-  /** Asynchronous reactor calls' results (issue 28): store/reactor-results.ts. */
+  /** Asynchronous reactor calls' results: store/reactor-results.ts. */
   readonly reactorResults: ReactorResultPort;
   /**
    * The format upgrade of this backend, for `tokenproxy migrate`; absent when the backend has none

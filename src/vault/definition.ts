@@ -16,7 +16,7 @@ import { unstorableText } from './storable-text.js';
 export type TokenType = string;
 export const TOKEN_TYPES: readonly TokenType[] = TOKEN_TYPE_NAMES;
 
-/** A `bank` token's data (issue 26). */
+/** A `bank` token's data. */
 export interface BankData {
   routing_number: string;
   account_number: string;
@@ -47,7 +47,7 @@ export interface Definition {
   type: TokenType;
   data: TokenData;
   id: string | null;
-  /** The id is an alias expression (issue 26): drawn when the token is created; `id` is null then. */
+  /** The id is an alias expression: drawn when the token is created; `id` is null then. */
   alias: AliasSpec | null;
   container: string;
   metadata: Record<string, string>;
@@ -60,7 +60,7 @@ export interface Definition {
 }
 
 /**
- * A definition without its data, fixed ahead of time (a proxy's tokenize field, issue 25): the
+ * A definition without its data, fixed ahead of time (a proxy's tokenize field): the
  * fields `parseDefinition` reads, frozen, with the data added per value.
  */
 export type DefinitionTemplate = Readonly<Record<string, unknown>> & { readonly type: TokenType };
@@ -203,7 +203,7 @@ export function parseDefinition(obj: Record<string, unknown>, path: string, erro
     if (typeof obj.id !== 'string' || obj.id.length < LIMITS.idMin || obj.id.length > LIMITS.idMax || !ID_PATTERN.test(obj.id)) {
       add(errors, at(path, 'id'), `must be ${LIMITS.idMin} to ${LIMITS.idMax} characters of letters, digits and . _ ~ : @ + = -`);
     } else if (scrubCards(obj.id) !== obj.id) {
-      // Ids are stored in clear, named in audit events and logs (issue 31): the check the trace id
+      // Ids are stored in clear, named in audit events and logs: the check the trace id
       // gets (a Luhn-valid 13-19 digit run, plain or grouped by dashes) keeps card numbers out.
       add(errors, at(path, 'id'), 'must not hold a card number (a Luhn-valid run of 13 to 19 digits)');
     } else id = obj.id;

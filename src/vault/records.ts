@@ -63,7 +63,7 @@ export function readRecord(t: StoredToken, transform: Transform, plaintext: Toke
     } else if (transform === 'reveal') {
       r.data = plaintext;
     } else if (t.mask === null) {
-      // The type's own mask (issue 26): e.g. an SSN reads XXX-XX-6789; a `token` shows nothing.
+      // The type's own mask: e.g. an SSN reads XXX-XX-6789; a `token` shows nothing.
       const masked = storedType(t.type).mask(plaintext);
       if (masked !== undefined) r.data = masked;
     } else {

@@ -25,7 +25,7 @@ import { parseQuery } from './search.js';
 import { assemble, planTokenize } from './walk.js';
 import { applyPatch } from './patch.js';
 
-/** How many aliases are drawn before a create gives up with 409 (issue 26). */
+/** How many aliases are drawn before a create gives up with 409. */
 const ALIAS_DRAWS = 20;
 
 /** A sealed value this long (about 1 MB) took milliseconds to make: the next step waits a turn. */
@@ -66,7 +66,7 @@ export interface TokenServiceOptions {
   /** Counts reveals (docs/operations.md "Metrics"). */
   metrics?: VaultMetrics;
   /**
-   * Where every reveal is recorded (issue 23, "audit in the domain"): each read, list, search or
+   * Where every reveal is recorded: each read, list, search or
    * update answer that carries plaintext under a reveal rule appends one `token.reveal` event
    * before it returns, so no route decides whether something was a reveal.
    */
@@ -145,7 +145,7 @@ export class TokenService {
 
   /** POST /tokens: one definition, one record (201). */
   async create(p: Principal, body: unknown): Promise<TokenRecord> {
-    // Issue 29: only what is missing is named ({"data": "x"} lacks `type`, not `data`).
+    // only what is missing is named ({"data": "x"} lacks `type`, not `data`).
     const object = typeof body === 'object' && body !== null && !Array.isArray(body);
     const missing = (['type', 'data'] as const).filter((k) => !object || !(k in body));
     if (missing.length > 0) {
@@ -206,7 +206,7 @@ export class TokenService {
   }
 
   /**
-   * An alias id (issue 26): drawn until it names no token of the tenant and no other definition of
+   * An alias id: drawn until it names no token of the tenant and no other definition of
    * the request, at most ALIAS_DRAWS times, then 409 token_conflict (a nearly full alias space,
    * e.g. a 13-digit card's 100 aliases). A token written between the check and the insert with
    * the same alias makes the insert a conflict, 409 as for any id.
@@ -344,7 +344,7 @@ export class TokenService {
 
   /**
    * The record update's answer shows, for a token as it is now, writing nothing: an idempotent
-   * replay of a PATCH renders its data again through the same checks (issue 23). Deleted or
+   * replay of a PATCH renders its data again through the same checks. Deleted or
    * expired: 404, as a read answers.
    */
   async updatedView(p: Principal, id: string, req: ReadRequest): Promise<TokenRecord> {
@@ -369,11 +369,11 @@ export class TokenService {
    * of the store's query, so a page holds `size` records whenever that many match.
    */
   async list(p: Principal, q: ListQuery, req: ReadRequest): Promise<ListResponse> {
-    // A fingerprint filter matches only tokens whose fingerprint the key may see (issue 31).
+    // A fingerprint filter matches only tokens whose fingerprint the key may see.
     const byFingerprint = q.filter.fingerprint !== undefined;
     const filter: TokenFilter = { ...q.filter, scope: byFingerprint ? access.fingerprintScope(p.app) : access.searchScope(p.app) };
     if (filter.scope === undefined) delete filter.scope;
-    // Cursors are sealed (issue 31): the store's own cursor (a sequence shared by every tenant on
+    // Cursors are sealed: the store's own cursor (a sequence shared by every tenant on
     // the embedded store) never reaches the client, and one not sealed for this tenant and query
     // is 400 invalid_cursor.
     const context = cursorContext(filter);

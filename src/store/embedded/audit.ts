@@ -1,5 +1,5 @@
 /**
- * The embedded store's audit port (issue 24 item 5): the audit trail (store/audit.ts), events and
+ * The embedded store's audit port: the audit trail (store/audit.ts), events and
  * each tenant's chain head in two tables, the append a compare-and-set on the head run by the
  * writer thread (connection.ts).
  */

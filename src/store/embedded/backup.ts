@@ -1,5 +1,5 @@
 /**
- * `tokenproxy backup FILE` and `tokenproxy restore FILE` for the embedded store (issue 29).
+ * `tokenproxy backup FILE` and `tokenproxy restore FILE` for the embedded store.
  *
  * Backup uses SQLite's online backup API (better-sqlite3's `backup`) on a connection of its own,
  * while the service runs and writes: all pages are copied in ONE step, i.e. inside one read
@@ -105,7 +105,7 @@ function checkStore(db: Database.Database, what: string): Omit<RestoreResult, 'b
   if (check !== 'ok') throw new Error(`${what} is damaged: SQLite's quick_check failed`);
   const version = Number(db.pragma('user_version', { simple: true }));
   const tables = new Set((db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all() as Array<{ name: string }>).map((r) => r.name));
-  // Format 6 (issue 24) keeps tokens in vault_tokens; older formats in tokens.
+  // Format 6 keeps tokens in vault_tokens; older formats in tokens.
   const tokenTable = version >= 6 ? 'vault_tokens' : 'tokens';
   if (version < 1 || !tables.has(tokenTable) || !tables.has('data_keys')) {
     throw new Error(`${what} is an SQLite database but not a tokenproxy store (no tokens and data_keys tables of a known schema version)`);

@@ -1,5 +1,5 @@
 /**
- * The embedded store's connection, shared by its four ports (issue 24 item 5): the SQLite file
+ * The embedded store's connection, shared by its four ports: the SQLite file
  * (opened and migrated here, schema.ts), this thread's read connection, and the queue of writes
  * to the writer thread (writer.ts) with its group commit.
  *
@@ -41,7 +41,7 @@ export class EmbeddedConnection {
 
   /**
    * Opens (creating if needed) the database at `path`, or ':memory:'. A file of an older format is
-   * StoreFormatError unless `forMigration` (tokenproxy migrate, issue 24 item 3): then it is opened
+   * StoreFormatError unless `forMigration` (tokenproxy migrate): then it is opened
    * as it is, and no writer thread starts until a write needs one (after the conversion).
    */
   constructor(readonly path: string, opts: { forMigration?: boolean } = {}) {

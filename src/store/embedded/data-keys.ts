@@ -1,5 +1,5 @@
 /**
- * The embedded store's data key port (issue 24 item 5): the key ring's wrapped data keys, in the
+ * The embedded store's data key port: the key ring's wrapped data keys, in the
  * order they were added; the writer thread keeps the first write of a kid.
  */
 import type Database from 'better-sqlite3';

@@ -1,5 +1,5 @@
 /**
- * The embedded store's idempotency port (issue 24 item 5): every op is a write of the writer
+ * The embedded store's idempotency port: every op is a write of the writer
  * thread (idempotency-writes.ts runs it inside the group's transaction), so a claim's check and
  * write are one step with respect to every other write.
  */

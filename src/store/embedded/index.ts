@@ -1,6 +1,6 @@
 /**
  * The embedded store: one SQLite file (better-sqlite3), for a single instance. Its four ports
- * (issue 24 item 5: tokens.ts, audit.ts, data-keys.ts, idempotency.ts; reactor-results.ts, issue 28) share one connection
+ * share one connection
  * (connection.ts: the file, this thread's reads, the writer thread's group commit) and one schema
  * (schema.ts).
  */
@@ -26,7 +26,7 @@ export class EmbeddedStore implements Store {
 
   /**
    * Opens (creating if needed) the database at `path`, or ':memory:'. A file of an older format is
-   * StoreFormatError (naming `tokenproxy migrate`) unless `forMigration` (issue 24 item 3).
+   * StoreFormatError (naming `tokenproxy migrate`) unless `forMigration`.
    */
   constructor(readonly path: string, opts: { forMigration?: boolean } = {}) {
     this.#c = new EmbeddedConnection(path, opts);

@@ -1,6 +1,6 @@
 /**
  * The embedded store's conversion from format 5 (JSON records) to format 6 (format.ts), for
- * `tokenproxy migrate` (issue 24 item 3), with the service stopped.
+ * `tokenproxy migrate`, with the service stopped.
  *
  * Into new tables, then a swap: format 6's tables have names of their own (vault_*, dict), so both
  * formats live side by side in the file while it converts. Each step is one IMMEDIATE transaction

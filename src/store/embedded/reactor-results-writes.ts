@@ -1,5 +1,5 @@
 /**
- * The embedded store's reactor result writes (issue 28, reactor-results.ts): run only by the
+ * The embedded store's reactor result writes: run only by the
  * writer thread (writer.ts runs these ops inside its transactions), and the table's DDL.
  */
 import type Database from 'better-sqlite3';

@@ -1,5 +1,5 @@
 /**
- * The embedded store's reactor result port (issue 28; store/reactor-results.ts for the
+ * The embedded store's reactor result port (store/reactor-results.ts for the
  * semantics): one table, written by the writer thread (its ops run in writer.ts's transactions),
  * read on this thread. Expired rows are dead to every read and deleted by purge (server.ts's
  * purge loop).

@@ -1,7 +1,7 @@
 /**
- * The embedded store's schema (issue 24 item 5: split out of the store): the tables of every port.
+ * The embedded store's schema: the tables of every port.
  * A new file gets format 6 at open, in one IMMEDIATE transaction. A file of an older format is
- * never changed by a service start (issue 24 item 3): it is StoreFormatError, naming `tokenproxy
+ * never changed by a service start: it is StoreFormatError, naming `tokenproxy
  * migrate`, which opens it `forMigration` and converts it (migrate.ts). The steps up to 5 are
  * DDL only (columns, tables) and run at the start of that conversion; 5 -> 6 rewrites every token.
  */
@@ -69,7 +69,7 @@ CREATE TABLE IF NOT EXISTS audit_events (
 CREATE TABLE IF NOT EXISTS audit_heads (tenant_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL) WITHOUT ROWID;`;
 
 /**
- * Version 5 (issue 23): each head's anchor (crypto/audit-anchor.ts). Heads written before it have none
+ * Version 5: each head's anchor (crypto/audit-anchor.ts). Heads written before it have none
  * (NULL) until `tokenproxy migrate` anchors them (audit/anchor-heads.ts); appends refuse them until then.
  */
 const MIGRATE_V5 = 'ALTER TABLE audit_heads ADD COLUMN anchor TEXT;';
@@ -100,7 +100,7 @@ export function openSchema(db: Database.Database, opts: { forMigration?: boolean
   const run = db.transaction((): number => {
     const version = schemaVersion(db);
     if (version > SCHEMA_VERSION) throw new Error(`the database schema (version ${version}) is newer than this tokenproxy understands (${SCHEMA_VERSION})`);
-    // Issue 28: a table added without a format change (reactor-results-writes.ts), at a service
+    // a table added without a format change (reactor-results-writes.ts), at a service
     // start only (a `migrate`, a dry run included, changes nothing it does not say); a no-op once there.
     if (version === SCHEMA_VERSION) {
       if (!opts.forMigration) db.exec(REACTOR_RESULTS_TABLE);

@@ -1,5 +1,5 @@
 /**
- * The embedded store's token port (issue 24 item 5), over format 6 (format.ts: binary ids,
+ * The embedded store's token port, over format 6 (format.ts: binary ids,
  * ciphertext and digests, numbers into `dict` for the repeated strings, JSON only for the optional
  * fields present). The cvc is a separate column so purgeCvc can clear it without rewriting the
  * record. Side tables index search hashes and metadata pairs so a search is an index lookup, not a

@@ -90,7 +90,7 @@ function putNum(out: string[], n: number | null): void {
 
 /**
  * A token row's fields appended to `out`: its columns (format.ts TokenColumns), then the dedupe
- * flag, its index hashes and its metadata pairs. Collected in an array and joined once (issue 24):
+ * flag, its index hashes and its metadata pairs. Collected in an array and joined once:
  * `+` on every field built a rope of ~30 pieces a row that postMessage then flattened, in a profile
  * of 100-string bodies 6.5 % of the main thread's time in postMessage.
  */

@@ -1,5 +1,5 @@
 /**
- * The audit chain in PostgreSQL (issue 24; store/audit.ts for the chain itself).
+ * The audit chain in PostgreSQL.
  *
  * An append is one transaction: the tenant's head row is locked (SELECT … FOR UPDATE; a tenant's
  * first append creates it at seq 0 first, so there is always a row to lock), its anchor is

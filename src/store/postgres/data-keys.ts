@@ -1,5 +1,5 @@
 /**
- * The key ring's wrapped data keys in PostgreSQL (issue 24): oldest first by insertion order; a
+ * The key ring's wrapped data keys in PostgreSQL: oldest first by insertion order; a
  * kid is stored once (two instances rotating at once both land on the first one written).
  */
 import type pg from 'pg';

@@ -1,5 +1,5 @@
 /**
- * Idempotency entries in PostgreSQL (issue 24; store/idempotency.ts for the semantics). One row per
+ * Idempotency entries in PostgreSQL. One row per
  * slot. A claim is one upsert that takes the slot only when it is free or its entry has expired,
  * so of two requests with one key (on any instances) one claims it; the other reads the live entry.
  * Expired rows are dead to every operation and deleted by purge.

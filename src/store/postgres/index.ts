@@ -1,6 +1,6 @@
 /**
- * The PostgreSQL store (issue 24): its four ports (store/types.ts, issue 24 item 5), one module
- * each: tokens.ts, audit.ts, data-keys.ts, idempotency.ts, reactor-results.ts (issue 28), over one pool (pool.ts) and a schema
+ * The PostgreSQL store: its four ports (store/types.ts), one module
+ * each: tokens.ts, audit.ts, data-keys.ts, idempotency.ts, reactor-results.ts, over one pool (pool.ts) and a schema
  * created or upgraded at connect (schema.ts).
  *
  * Durability: a write resolves after its COMMIT returned, which with PostgreSQL's defaults

@@ -1,5 +1,5 @@
 /**
- * Group commit of plain token inserts (issue 24: the one-string /tokenize row on PostgreSQL).
+ * Group commit of plain token inserts.
  *
  * A batch with no deduplicating record is one multi-row INSERT, sent without BEGIN/COMMIT: one
  * statement is its own transaction (all rows or none), so a request costs one round trip instead

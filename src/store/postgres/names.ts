@@ -1,5 +1,5 @@
 /**
- * The PostgreSQL store's dictionary of repeated strings (issue 24 item 2, schema version 2): tenant
+ * The PostgreSQL store's dictionary of repeated strings: tenant
  * ids, application ids (created_by, modified_by) and expressions (fingerprint_expression, mask)
  * repeat in every token of a tenant; a token row holds a 4-byte number for each instead of the
  * text (a tenant's UUID alone was 37 bytes in the row and in each of its indexes).

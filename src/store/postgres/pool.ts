@@ -1,5 +1,5 @@
 /**
- * The PostgreSQL store's connection pool and its failures (issue 24).
+ * The PostgreSQL store's connection pool and its failures.
  *
  * One pg.Pool per store (per process). Bounded waits, so a request never hangs on a database that
  * is gone: connecting (and waiting for a free client) gives up after `connectTimeoutMs`, a query
@@ -11,7 +11,7 @@
  * Errors: every failure of the database or the connection becomes StoreUnavailableError naming
  * only the SQLSTATE or the socket error code; pg's own messages and details can quote values
  * (a key in a unique violation), so they never reach a message, and the pg error kept as its
- * cause is a sanitized copy (sanitize below, issue 24), as the Redis store keeps its own.
+ * cause is a sanitized copy (sanitize below), as the Redis store keeps its own.
  */
 import pg from 'pg';
 import { parseIntoClientConfig } from 'pg-connection-string';
@@ -99,7 +99,7 @@ function isDatabaseError(err: unknown): boolean {
 const SAFE_FIELDS = ['severity', 'code', 'schema', 'table', 'column', 'dataType', 'constraint', 'routine'] as const;
 
 /**
- * The cause a StoreUnavailableError keeps (issue 24): pg's error without what can quote a value. A
+ * The cause a StoreUnavailableError keeps: pg's error without what can quote a value. A
  * server error's message can quote an input ('invalid input syntax for type …: "…"'), its detail a
  * key or a whole row ('Key (kid)=(…) already exists.', 'Failing row contains (…)'), its hint,
  * where and internal query more; a logger that prints causes would write them out. Kept: the

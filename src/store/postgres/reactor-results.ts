@@ -1,5 +1,5 @@
 /**
- * Asynchronous reactor results in PostgreSQL (issue 28; store/reactor-results.ts for the
+ * Asynchronous reactor results in PostgreSQL (store/reactor-results.ts for the
  * semantics): one row per call (schema version 3), replaced by its result; expired rows are dead
  * to every read and deleted by purge (server.ts's purge loop).
  */

@@ -1,5 +1,5 @@
 /**
- * The PostgreSQL store's schema and its versions (issue 24). Everything lives in the database
+ * The PostgreSQL store's schema and its versions. Everything lives in the database
  * schema `tokenproxy` (so it never meets the application's own tables); `tokenproxy.schema_version`
  * holds the one version number.
  *
@@ -10,8 +10,8 @@
  *
  * Layout: columns hold what is filtered on and every field of a record (no JSON that repeats a
  * column); `metadata` is jsonb and `index_hashes` a text[] (GIN indexes: `@>` matches every pair
- * or hash); the audit chain's hashes are bytea. Version 2 is the compact token format (issue 24
- * item 2): binary ciphertext, digests and ids, numbers for repeated names, only the indexes a query
+ * or hash); the audit chain's hashes are bytea. Version 2 is the compact token format:
+ * binary ciphertext, digests and ids, numbers for repeated names, only the indexes a query
  * reads (see its migration below).
  */
 import type pg from 'pg';
@@ -76,7 +76,7 @@ CREATE TABLE tokenproxy.audit_events (
 CREATE TABLE tokenproxy.audit_heads (
   tenant_id text PRIMARY KEY, seq bigint NOT NULL, hash bytea NOT NULL, anchor text
 );`,
-  // 2: the compact token format (issue 24 item 2; postgres/wire.ts, names.ts). Version 1 was a
+  // 2: the compact token format. Version 1 was a
   // pre-release of this store: a database holding its tokens is refused (checkUpgradable), an
   // empty one is upgraded here. Measured with 20,000 tokens through /tokenize (bodies of 50 cards
   // + 50 strings): 856 bytes a token in version 1.
@@ -111,7 +111,7 @@ CREATE UNIQUE INDEX tokens_dedupe ON tokenproxy.tokens (tenant, type, container,
 CREATE INDEX tokens_cvc_due ON tokenproxy.tokens (cvc_expires_ms) WHERE cvc_sealed IS NOT NULL;
 CREATE INDEX tokens_metadata ON tokenproxy.tokens USING gin (metadata jsonb_path_ops) WHERE metadata IS NOT NULL;
 CREATE INDEX tokens_index_hashes ON tokenproxy.tokens USING gin (index_hashes) WHERE index_hashes IS NOT NULL;`,
-  // 3: asynchronous reactor results (issue 28, postgres/reactor-results.ts): a new table only, so a
+  // 3: asynchronous reactor results: a new table only, so a
   // version 2 database upgrades at start without touching its tokens.
   `
 CREATE TABLE tokenproxy.reactor_results (

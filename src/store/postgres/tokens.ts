@@ -1,5 +1,5 @@
 /**
- * Tokens in PostgreSQL (issue 24): insertMany, get, getMany, update, delete, list, purgeCvc.
+ * Tokens in PostgreSQL: insertMany, get, getMany, update, delete, list, purgeCvc.
  *
  * A batch is all or nothing: with no deduplicating record, one multi-row INSERT shared with
  * concurrent batches (insert-batcher.ts); one deduplicating record, its match and its insert as
@@ -183,7 +183,7 @@ export class PostgresTokens implements TokenPort {
 
   constructor(private readonly pool: pg.Pool) {
     this.#names = new Names(pool);
-    // Half the pool for plain inserts (issue 24): batches queued behind them share the next
+    // Half the pool for plain inserts: batches queued behind them share the next
     // statement, and the other half stays free for reads and deduplicating writes.
     this.#plain = new InsertBatcher(pool, insertText, Math.max(1, Math.floor(pool.options.max / 2)));
   }
@@ -199,12 +199,12 @@ export class PostgresTokens implements TokenPort {
     const plain = !records.some((r, i) => options.dedupe?.[i] === true && r.fingerprint !== null);
     try {
       // No deduplication: one INSERT statement, its own transaction, shared with concurrent
-      // batches (insert-batcher.ts, issue 24): one round trip instead of BEGIN, INSERTs, COMMIT.
+      // batches (insert-batcher.ts): one round trip instead of BEGIN, INSERTs, COMMIT.
       if (plain && rows.length <= MAX_ROWS) {
         await this.#plain.insert(rows);
         return records.map(() => null);
       }
-      // One deduplicating record: its statements on their own (issue 24), no BEGIN/COMMIT. Each
+      // One deduplicating record: its statements on their own, no BEGIN/COMMIT. Each
       // is atomic, and with one record there is nothing to roll back with it: a match is a read,
       // giving up an expired slot is right whatever follows, and the insert is one statement.
       if (records.length === 1) return [await this.#insertDeduplicated(this.pool, records[0]!, rows[0]!)];
@@ -252,7 +252,7 @@ export class PostgresTokens implements TokenPort {
 
   /**
    * The oldest live token of the record's tenant, type, container and fingerprint; when there is
-   * none, an expired slot holder gives the slot up in the same statement (issue 24: one round
+   * none, an expired slot holder gives the slot up in the same statement (one round
    * trip, not two). Only an expired one: a live holder committed meanwhile by a concurrent insert
    * keeps its slot (the insert that follows then finds it). A data-modifying WITH runs whether or
    * not the query reads it.

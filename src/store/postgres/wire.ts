@@ -1,5 +1,5 @@
 /**
- * The PostgreSQL store's compact encodings (issue 24 item 2, schema version 2): what a column holds
+ * The PostgreSQL store's compact encodings: what a column holds
  * for a field of StoredToken, and back. Every encoding is lossless for any string (a value that
  * does not have the expected shape is kept as it is, marked), so the store never needs to trust
  * the shape of what it is given; the common shapes take far fewer bytes:

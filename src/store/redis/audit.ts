@@ -1,5 +1,5 @@
 /**
- * The Redis store's audit port (issue 24 item 5): each tenant's events in a list, its chain head
+ * The Redis store's audit port: each tenant's events in a list, its chain head
  * (and the head's anchor) in a string, an append a compare-and-set on the head (layout: index.ts).
  */
 import type { AuditAnchorSigner } from '../audit.js';

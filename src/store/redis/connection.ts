@@ -1,5 +1,5 @@
 /**
- * The Redis store's connection, shared by its four ports (issue 24 item 5): the ioredis client (one
+ * The Redis store's connection, shared by its four ports: the ioredis client (one
  * node, a Cluster or a Sentinel-managed primary: src/redis/connect.ts), the key names of the layout
  * (index.ts), and every call to Redis, bounded by a deadline, with its failure turned into
  * StoreUnavailableError without the command's arguments (sanitize).

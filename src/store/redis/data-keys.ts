@@ -1,5 +1,5 @@
 /**
- * The Redis store's data key port (issue 24 item 5): `P {dk}` (kid → JSON) and `P {dk}:order`
+ * The Redis store's data key port: `P {dk}` (kid → JSON) and `P {dk}:order`
  * (kids, oldest first), in one slot of their own; the first write of a kid wins.
  */
 import { decodeDataKey } from '../codec.js';

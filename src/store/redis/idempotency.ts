@@ -1,5 +1,5 @@
 /**
- * The Redis store's idempotency port (issue 24 item 5): one hash per slot, expiring by itself;
+ * The Redis store's idempotency port: one hash per slot, expiring by itself;
  * each op one script (idempotency-scripts.ts).
  */
 import type { IdempotencyClaim, IdempotencyPort, IdempotencySlot } from '../idempotency.js';

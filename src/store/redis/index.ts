@@ -11,7 +11,7 @@
  * connection, and fewer acknowledgements answer StoreUnavailableError (503 store_unavailable;
  * the write did happen on the primary and may or may not survive a failover).
  *
- * Layout 4 (issue 24 item 2; P = key_prefix, T = tenant id; every text component URI-encoded, so
+ * Layout 4 (P = key_prefix, T = tenant id; every text component URI-encoded, so
  * ':' '{' '}' never appear inside one). Every key of one tenant carries `{T}` as its Redis Cluster
  * hash tag, so each script touches one slot, tenants spread over the shards, and one tenant lives
  * on one shard (a batch stays all or nothing). Ids, digests and ciphertext are raw bytes (record.ts):
@@ -31,10 +31,10 @@
  *   P t:{T}:seq          per-tenant sequence (INCR); zset scores, newest-first cursors
  *   P t:{T}:containers   set of the tenant's containers (a container is never removed from it)
  *   P t:{T}:idem:<key>   hash {s, o, v}: an idempotency entry, expiring by itself (idempotency-scripts.ts)
- *   P t:{T}:rr:<id>      string: an asynchronous reactor call's sealed result, expiring by itself (reactor-results.ts, issue 28)
+ *   P t:{T}:rr:<id>      string: an asynchronous reactor call's sealed result, expiring by itself (reactor-results.ts)
  *   P t:{T}:audit        list of the tenant's audit events (JSON), oldest first (store/audit.ts)
  *   P t:{T}:audithead    "<seq> <hash> <anchor>": the tenant's audit chain head and its anchor
- *                        (crypto/audit-anchor.ts; "<seq> <hash>" when written before anchoring, issue 23)
+ *                        (crypto/audit-anchor.ts; "<seq> <hash>" when written before anchoring)
  *   P tenants            set of tenant ids with a cvc to purge (purgeCvc walks it; plain SADD, no script)
  *   P {dk}, P {dk}:order data keys: hash kid → JSON, list of kids oldest first (one slot of their own)
  *   P meta               hash {version}: the layout version (4)
@@ -69,7 +69,7 @@ import { RedisTokens } from './tokens.js';
 
 export type { RedisStoreOptions } from './connection.js';
 
-/** The four ports (issue 24 item 5: tokens.ts, audit.ts, data-keys.ts, idempotency.ts) over one connection (connection.ts). */
+/** The four ports over one connection (connection.ts). */
 export class RedisStore implements Store {
   readonly kind = 'redis' as const;
   readonly tokens: RedisTokens;

@@ -1,5 +1,5 @@
 /**
- * The Redis store's reactor result port (issue 28; store/reactor-results.ts for the semantics):
+ * The Redis store's reactor result port:
  * `P t:{T}:rr:<id>` holds the sealed entry and expires by itself (PX), so nothing is purged.
  */
 import type { ReactorResultPort, StoredReactorResult } from '../reactor-results.js';

@@ -1,5 +1,5 @@
 /**
- * Layout 4's binary token record (issue 24 item 2: raw bytes for ciphertext, ids and digests; no
+ * Layout 4's binary token record (raw bytes for ciphertext, ids and digests; no
  * JSON that repeats what a key holds). A hand-written layout, not msgpack or CBOR: its fixed
  * header is read by the Lua scripts (liveness, the deduplication match, the sequence number, the
  * cvc's place) with string.byte, which a general encoding would not let them do without decoding.

@@ -1,5 +1,5 @@
 /**
- * The Redis store's token port (issue 24 item 5), layout 4 (index.ts): one hash of binary records
+ * The Redis store's token port, layout 4 (index.ts): one hash of binary records
  * per tenant (record.ts), a sorted set per container (and per metadata pair and search hash) for
  * newest-first pages, a hash of fingerprints for deduplication and fingerprint search; every write
  * one Lua script (scripts.ts), so a batch and its indexes appear at once and concurrent instances
