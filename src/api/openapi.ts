@@ -123,7 +123,7 @@ function operation(route: Route, method: string, set: SchemaSet): Json {
     summary: s?.summary ?? `${route.method === '*' ? 'ANY' : route.method} ${route.path}`,
     tags: [...(s?.tags ?? [route.group.split('.')[0]!])],
   };
-  const description = s ? s.description : 'This route declares no schemas yet: its request and answer are described in the guides under docs/ (issue 29: the README no longer holds them).';
+  const description = s ? s.description : 'This route declares no schemas yet: its request and answer are described in the guides under docs/.';
   if (description) op.description = description;
   op.security = route.auth === 'api' ? [{ ApiKey: [] }]
     : route.auth === 'proxy' ? [{ ProxyKey: [] }, { ProxyKeyQuery: [] }, { ProxyKey: [], ApiKey: [] }, { ProxyKeyQuery: [], ApiKey: [] }]

@@ -86,7 +86,7 @@ export const CONFIG_DESCRIPTIONS: Record<string, string> = {
   [`${APP}.name`]: 'A name for people and logs.',
   [`${APP}.type`]: 'Key kind: `private` (servers), `public` (browsers, apps: only `token:create` and `token:update`), `management`.',
   [`${APP}.keys`]: 'API keys (`SVC-API-KEY`): a key of at least 16 characters, or in production its digest `{sha256: "<hex>"}` (`tokenproxy hash-key`).',
-  [`${APP}.permissions`]: 'What the keys may do in every container (with `mask`) when there are no `rules`. A management application that lists none of `application:read`, `proxy:read`, `reactor:read`, `tenant:read`, `permission:read` holds all five (issue 28).',
+  [`${APP}.permissions`]: 'What the keys may do in every container (with `mask`) when there are no `rules`. A management application that lists none of `application:read`, `proxy:read`, `reactor:read`, `tenant:read`, `permission:read` holds all five.',
   [`${APP}.rules`]: 'Access rules by container, checked in ascending `priority`: the first whose container is a prefix of the token\'s decides; none: 403.',
   [`${APP}.rules[].priority`]: 'Order of the check, lowest first.',
   [`${APP}.rules[].container`]: 'Container prefix the rule covers, e.g. `/pci/` (lower case, starts and ends with `/`).',
