@@ -178,7 +178,7 @@ async function start({ config, model }: LoadedModel, notices: StartupNotice[]): 
     // The grace of the model in service: a reload may have changed it.
     const graceMs = running.model.config.server.shutdown_grace_ms;
     tryLog(() => log.info({ signal, grace_ms: graceMs }, 'stopping: draining requests in flight'));
-    // The hard deadline: whatever close still waits for (a reactor host, a writer
+    // The hard deadline: whatever close() still waits for (a reactor host, a writer
     // thread, a pool), the process ends. Not unref'd: it must fire.
     setTimeout(() => {
       tryLog(() => log.error({ grace_ms: graceMs, margin_ms: SHUTDOWN_MARGIN_MS }, 'shutdown deadline passed: exiting with work still in flight'));

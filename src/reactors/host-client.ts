@@ -221,7 +221,7 @@ export class HostProcess {
   async stop(graceMs = 2000): Promise<void> {
     if (this.exited) return;
     const gone = new Promise<void>((resolve) => this.onExit(() => resolve()));
-    // disconnect on a channel already closed (the host is exiting) emits an 'error'
+    // disconnect() on a channel already closed (the host is exiting) emits an 'error'
     // ("IPC channel is already disconnected") rather than throwing: only disconnect a live one.
     if (this.child.connected) this.child.disconnect();
     const timer = setTimeout(() => this.kill(), graceMs);

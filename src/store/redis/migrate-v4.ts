@@ -1,5 +1,5 @@
 /**
- * Layout 3 → 4, run by `tokenproxy migrate` through RedisStore.migrator:
+ * Layout 3 → 4, run by `tokenproxy migrate` through RedisStore.migrator():
  * each layout 3 record (`P t:{T}:rec:<id>`, its cvc key, its index zset entries) becomes a layout 4
  * record in its tenant's hash with its entries in the layout 4 indexes (index.ts), in one script per
  * record: the record is written and its layout 3 keys deleted at once, so a record is in exactly
