@@ -143,6 +143,14 @@ if (server) {
     t.ok(ms2 < ANSWER_BOUND_MS, `allow mode admitted after ${ms2} ms`);
     t.ok(loggedTimeout(lines, 'allow'), 'allow mode: admitted on the instance once timeout_ms passed, as logged');
     await locker.query('COMMIT');
+    // The updates that waited for the lock are woken by the commit but run in their own
+    // backends; a check sent now can reach the row before one of them does. Wait until no other
+    // session of this database is still running a statement.
+    await waitFor(async () => {
+      const r = await locker.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid() AND state = 'active'");
+      return r.rows[0].n === 0;
+    }, { timeoutMs: 10_000, intervalMs: 20, what: 'the updates that waited for the lock have run' });
 
     const back = await waitFor(() => rejecting.check(s).then((d) => d, () => undefined), { timeoutMs: 10_000, intervalMs: 100, what: 'a check admitted after the lock was released' });
     t.equal(back.headers['RateLimit-Limit'], '100', 'back once the lock is gone');
