@@ -21,6 +21,7 @@ import { Detokenizer } from './detokenize/service.js';
 import { adminListener } from './config/admin.js';
 import type { LoadedConfig } from './config/load.js';
 import { openStoreAndRing } from './crypto/open.js';
+import { StoreGuard } from './store/identity.js';
 import { closeSilentConnections } from './http/connections.js';
 import { Idempotency } from './http/idempotency.js';
 import type { Route } from './http/context.js';
@@ -118,9 +119,12 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
   // Compiled first: a bad config fails before the master key is read or a connection is made.
   const first = opts.model ?? compileOrThrow(config);
   const metrics = config.metrics.enabled ? new ServiceMetrics() : undefined;
-  const { store, ring } = await openStoreAndRing(config, log, undefined, (s) => instrumentStore(s, metrics?.store(config.store.kind)));
+  const { store, ring, marker } = await openStoreAndRing(config, log, undefined, (s) => instrumentStore(s, metrics?.store(config.store.kind)));
   const cleanups: Array<() => Promise<void> | void> = [() => store.close()];
   try {
+    // From here every store call first makes sure the store is still the one opened (store/identity.ts).
+    const guard = new StoreGuard(store, marker!, log).start();
+    cleanups.unshift(() => guard.stop());
     // Every audit append goes through one trail: anchored, its new heads logged. The
     // vault and the detokenizer append to it themselves.
     // The request path's ports answer a failing store as 503 store_unavailable (store/service-errors.ts).
@@ -161,7 +165,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
         egress: model.egress, detokenizer, bodyLimit: server.bodyLimitBytes, maxDepth: server.maxDepth,
       });
       const routes: Route[] = [
-        ...healthRoutes(store, () => draining), ...tokenRoutes(tokens), ...managementRoutes(), ...reactorRoutes(reactors.runtime, tokens, detokenizer),
+        ...healthRoutes(store, () => draining, guard), ...tokenRoutes(tokens), ...managementRoutes(), ...reactorRoutes(reactors.runtime, tokens, detokenizer),
         ...asyncReactorRoutes({ runtime: reactors.runtime, tokens, detokenizer, calls: asyncCalls, ttlMs: model.config.reactors.async_result_ttl_seconds * 1000 }),
         ...proxyRoutes(proxies, outbound),
         ...detokenizeRoutes(detokenizer, audit), ...metricsHttp.routes, ...elementsRoutes(model.keys, cors),

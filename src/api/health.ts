@@ -6,6 +6,7 @@ import type { Route } from '../http/context.js';
 import { sendJson } from '../http/respond.js';
 import { ServiceError } from '../errors.js';
 import type { Store } from '../store/types.js';
+import { LOST_STORE_ADVICE } from '../store/identity.js';
 import { z } from 'zod';
 import { problem } from './schemas.js';
 
@@ -23,7 +24,13 @@ const readyz = {
   },
 };
 
-export function healthRoutes(store: Pick<Store, 'kind' | 'ping'>, draining: () => boolean = () => false): Route[] {
+/** What /readyz asks of the store's guard (store/identity.ts). */
+export interface StoreWatch {
+  readonly lost: Error | null;
+  check(): Promise<void>;
+}
+
+export function healthRoutes(store: Pick<Store, 'kind' | 'ping'>, draining: () => boolean = () => false, watch?: StoreWatch): Route[] {
   return [
     { method: 'GET', path: '/healthz', group: 'health', auth: 'none', body: 'none', schemas: healthz, handle: async (ctx) => sendJson(ctx.res, 200, { status: 'ok' }, ctx.headers) },
     {
@@ -32,9 +39,12 @@ export function healthRoutes(store: Pick<Store, 'kind' | 'ping'>, draining: () =
         if (draining()) throw new ServiceError('shutting_down', { detail: 'The service is draining its requests before it stops' });
         try {
           await store.ping();
+          // Is it still the store the service opened? (a lost store answers pings too)
+          await watch?.check();
         } catch (err) {
           throw new ServiceError('store_unavailable', { cause: err });
         }
+        if (watch?.lost) throw new ServiceError('store_unavailable', { cause: watch.lost, detail: `${watch.lost.message}. ${LOST_STORE_ADVICE}` });
         sendJson(ctx.res, 200, { status: 'ready', store: store.kind }, ctx.headers);
       },
     },

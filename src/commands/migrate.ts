@@ -109,6 +109,10 @@ async function migrate(config: LoadedConfig, opts: { dryRun: boolean; batch: num
     }
     let before: Awaited<ReturnType<FormatMigrator['status']>>;
     try {
+      // A lost store is not an old one: converting it would hide the loss (store/identity.ts).
+      const { findLoss } = await import('../store/identity.js');
+      const { lost } = await findLoss(store);
+      if (lost) return fail(`${lost}; nothing was changed`);
       const migrator = store.migrator?.();
       if (!migrator) {
         io.out(`the ${config.store.kind} store has no format to convert: nothing to do\n`);

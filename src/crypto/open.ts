@@ -7,7 +7,8 @@ import { dirname } from 'node:path';
 import type { LoadedConfig } from '../config/load.js';
 import type { Logger } from '../log.js';
 import { assertStoreExists, createStore, resolveStorePath, StoreMissingError } from '../store/factory.js';
-import type { Store } from '../store/types.js';
+import type { Store, StoreMarker } from '../store/types.js';
+import { openIdentified } from '../store/identity.js';
 import { KeyRing } from './keyring.js';
 import { MasterKeyMismatchError } from './errors.js';
 import { loadMasterKey, masterKeyMismatchHint } from './master-key.js';
@@ -15,6 +16,8 @@ import { loadMasterKey, masterKeyMismatchHint } from './master-key.js';
 export interface OpenedRing {
   store: Store;
   ring: KeyRing;
+  /** The store's marker (store/identity.ts); null only for a tool's `existing` open of a store that has none. */
+  marker: StoreMarker | null;
 }
 
 /**
@@ -52,11 +55,15 @@ export function storeSetting(config: LoadedConfig): string {
 async function openRing(config: LoadedConfig, master: Buffer, log: Logger, wrap: (store: Store) => Store, existing: boolean): Promise<OpenedRing> {
   const store = wrap(await createStore(config.store, { log, mustExist: existing }));
   try {
-    if (existing && (await store.dataKeys.listDataKeys()).length === 0) {
-      throw new StoreMissingError(`the ${config.store.kind} store holds no data keys: no tokenproxy service has used it (check ${config.store.kind === 'redis' ? 'store.url and store.key_prefix' : config.store.kind === 'postgres' ? 'store.url' : 'store.path'})`);
-    }
-    const ring = await KeyRing.open(master, store.dataKeys);
-    return { store, ring };
+    // A lost store is refused before anything is written to it (store/identity.ts); a tool's
+    // `existing` open makes no marker and no data key.
+    const { marker, ring } = await openIdentified(store, { create: !existing, log }, async () => {
+      if (existing && (await store.dataKeys.listDataKeys()).length === 0) {
+        throw new StoreMissingError(`the ${config.store.kind} store holds no data keys: no tokenproxy service has used it (check ${storeSetting(config)})`);
+      }
+      return KeyRing.open(master, store.dataKeys);
+    });
+    return { store, ring, marker };
   } catch (err) {
     await store.close();
     throw err;

@@ -16,6 +16,7 @@
 import { ServiceError } from '../errors.js';
 import { InvalidCursorError } from './codec.js';
 import type { IdempotencyPort } from './idempotency.js';
+import { StoreLostError } from './unavailable.js';
 import type { ReactorResultPort } from './reactor-results.js';
 import { StoreUnavailableError, type AuditPort, type DataKeyPort, type Store, type TokenPort } from './types.js';
 
@@ -24,6 +25,8 @@ export type ServicePorts = Pick<Store, 'tokens' | 'audit' | 'dataKeys' | 'idempo
 
 /** The service error a store failure is answered with; anything else is returned as it is. */
 export function toServiceError(err: unknown): unknown {
+  // A lost store says so (its message names the cause, never a value): retrying will not help.
+  if (err instanceof StoreLostError) return new ServiceError('store_unavailable', { cause: err, detail: 'The token store is not the one the service opened (it was emptied or replaced); an operator must restore it' });
   if (err instanceof StoreUnavailableError) return new ServiceError('store_unavailable', { cause: err });
   if (err instanceof InvalidCursorError) return new ServiceError('invalid_cursor', { detail: 'Pass the pagination.next value of a previous page as start' });
   return err;

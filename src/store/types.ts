@@ -173,6 +173,42 @@ export interface DataKeyPort {
   addDataKey(key: WrappedDataKey): Promise<WrappedDataKey[]>;
 }
 
+/**
+ * The store's identity (store/identity.ts): written once when the store is made, beside the
+ * format marker each backend already keeps. `lost_at` is set by a service that found the store
+ * emptied under it (a tombstone: the next start names the loss instead of starting a new vault).
+ */
+export interface StoreMarker {
+  id: string;
+  created_at: string;
+  lost_at?: string;
+}
+
+/**
+ * The marker port. Contract: test/store/marker-contract.ts (every backend).
+ */
+export interface MarkerPort {
+  /** The store's marker, or null when it holds none. */
+  readMarker(): Promise<StoreMarker | null>;
+  /** Writes `marker` unless the store holds one already; returns the one it holds afterwards. */
+  createMarker(marker: StoreMarker): Promise<StoreMarker>;
+  /** Marks the store's marker lost (sets lost_at; writes the marker with it when there is none). */
+  markLost(marker: StoreMarker): Promise<void>;
+  /** Whether the store holds any token or audit event (data keys aside). */
+  holdsRecords(): Promise<boolean>;
+  /**
+   * From now on every write checks, in the same atomic step, that the store still carries this
+   * marker (Redis: a script runs nothing when its slot lost it); `recheck` is asked when a
+   * slot has no marker yet, and answers whether the store as a whole still carries it (it
+   * rejects when the store does not answer).
+   */
+  enforce?(marker: StoreMarker, recheck: () => Promise<boolean>): void;
+  /** Calls `fn` whenever a connection to the store dropped (its next use re-checks the marker). */
+  onDisconnect?(fn: () => void): void;
+  /** Embedded: why the file at the store's path is no longer the file opened (replaced, removed), else null. */
+  replaced?(): string | null;
+}
+
 export type StoreKind = 'embedded' | 'redis' | 'postgres';
 
 /**
@@ -217,6 +253,8 @@ export interface Store {
   readonly idempotency: IdempotencyPort;
   /** Asynchronous reactor calls' results: store/reactor-results.ts. */
   readonly reactorResults: ReactorResultPort;
+  /** The store's identity marker: store/identity.ts. */
+  readonly marker: MarkerPort;
   /**
    * The format upgrade of this backend, for `tokenproxy migrate`; absent when the backend has none
    * to run outside start-up. A store opened for migration (its connect's `forMigration` option)

@@ -10,6 +10,7 @@ import { EmbeddedAudit } from './audit.js';
 import { EmbeddedConnection } from './connection.js';
 import { EmbeddedDataKeys } from './data-keys.js';
 import { EmbeddedIdempotency } from './idempotency.js';
+import { EmbeddedMarker } from './marker.js';
 import { EmbeddedMigrator } from './migrate.js';
 import { EmbeddedReactorResults } from './reactor-results.js';
 import { EmbeddedTokens } from './tokens.js';
@@ -21,6 +22,7 @@ export class EmbeddedStore implements Store {
   readonly dataKeys: EmbeddedDataKeys;
   readonly idempotency: EmbeddedIdempotency;
   readonly reactorResults: EmbeddedReactorResults;
+  readonly marker: EmbeddedMarker;
   readonly #c: EmbeddedConnection;
   readonly #ping: { get(): unknown };
 
@@ -36,6 +38,7 @@ export class EmbeddedStore implements Store {
     this.audit = new EmbeddedAudit(this.#c);
     this.idempotency = new EmbeddedIdempotency(this.#c);
     this.reactorResults = new EmbeddedReactorResults(this.#c);
+    this.marker = new EmbeddedMarker(this.#c);
   }
 
   /** The 5 -> 6 conversion (migrate.ts); run with the service stopped. */

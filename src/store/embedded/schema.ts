@@ -10,6 +10,7 @@ import { StoreFormatError } from '../types.js';
 import { FORMAT_VERSION, SCHEMA_V6 } from './format.js';
 import { MIGRATE_IDEMPOTENCY } from './idempotency-writes.js';
 import { REACTOR_RESULTS_TABLE } from './reactor-results-writes.js';
+import { STORE_MARKER_TABLE } from './marker.js';
 import { retryBusy } from './writer.js';
 
 export const SCHEMA_VERSION = FORMAT_VERSION;
@@ -103,11 +104,11 @@ export function openSchema(db: Database.Database, opts: { forMigration?: boolean
     // a table added without a format change (reactor-results-writes.ts), at a service
     // start only (a `migrate`, a dry run included, changes nothing it does not say); a no-op once there.
     if (version === SCHEMA_VERSION) {
-      if (!opts.forMigration) db.exec(REACTOR_RESULTS_TABLE);
+      if (!opts.forMigration) db.exec(REACTOR_RESULTS_TABLE + STORE_MARKER_TABLE);
       return version;
     }
     if (version === 0) {
-      db.exec(SHARED + SCHEMA_V6 + REACTOR_RESULTS_TABLE);
+      db.exec(SHARED + SCHEMA_V6 + REACTOR_RESULTS_TABLE + STORE_MARKER_TABLE);
       db.pragma(`user_version = ${SCHEMA_VERSION}`);
       return SCHEMA_VERSION;
     }

@@ -11,6 +11,7 @@ import type { Store } from '../types.js';
 import { PostgresAudit } from './audit.js';
 import { PostgresDataKeys } from './data-keys.js';
 import { PostgresIdempotency } from './idempotency.js';
+import { PostgresMarker } from './marker.js';
 import { createPool, query, type PostgresPoolOptions } from './pool.js';
 import { PostgresReactorResults } from './reactor-results.js';
 import { ensureSchema } from './schema.js';
@@ -26,6 +27,7 @@ export class PostgresStore implements Store {
   readonly dataKeys: PostgresDataKeys;
   readonly idempotency: PostgresIdempotency;
   readonly reactorResults: PostgresReactorResults;
+  readonly marker: PostgresMarker;
   #closed: Promise<void> | null = null;
 
   private constructor(readonly pool: pg.Pool) {
@@ -34,6 +36,7 @@ export class PostgresStore implements Store {
     this.dataKeys = new PostgresDataKeys(pool);
     this.idempotency = new PostgresIdempotency(pool);
     this.reactorResults = new PostgresReactorResults(pool);
+    this.marker = new PostgresMarker(pool);
   }
 
   /** Connects and creates or upgrades the schema; StoreUnavailableError when the database does not answer. */

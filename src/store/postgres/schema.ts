@@ -156,6 +156,8 @@ export async function ensureSchema(pool: pg.Pool): Promise<number> {
     try {
       await client.query('CREATE SCHEMA IF NOT EXISTS tokenproxy');
       await client.query('CREATE TABLE IF NOT EXISTS tokenproxy.schema_version (one boolean PRIMARY KEY DEFAULT true CHECK (one), version integer NOT NULL)');
+      // The store marker (marker.ts): a table without a version of its own.
+      await client.query('CREATE TABLE IF NOT EXISTS tokenproxy.store_marker (one boolean PRIMARY KEY DEFAULT true CHECK (one), id text NOT NULL, created_at text NOT NULL, lost_at text)');
       const found = Number((await client.query<{ version: number }>('SELECT version FROM tokenproxy.schema_version')).rows[0]?.version ?? 0);
       if (found > SCHEMA_VERSION) throw new SchemaTooNewError(found, SCHEMA_VERSION);
       if (found < SCHEMA_VERSION) {

@@ -11,6 +11,7 @@ import { createRedisClient, type RedisClient, type RedisTopology } from '../../r
 import type { Logger } from '../../log.js';
 import { InvalidCursorError } from '../codec.js';
 import { DuplicateTokenError, StoreUnavailableError } from '../types.js';
+import { StoreLostError } from '../unavailable.js';
 
 /** How often a compare-and-set write (audit append, update, delete) retries against a value another instance moved. */
 export const CAS_ATTEMPTS = 100;
@@ -49,6 +50,25 @@ function enc(s: string): string {
   return out;
 }
 
+/**
+ * The slot's copy of the store marker (marker.ts): the script's first key up to the end of its
+ * hash tag, then `:sid`. Prepended to every write script once the marker is enforced: a slot
+ * without the copy, or with another store's, runs nothing.
+ */
+const SLOT_MARKER = `local function tp_sid(k)
+  local e = string.find(k, '}', 1, true)
+  return (e and string.sub(k, 1, e) or k) .. ':sid'
+end
+`;
+
+function markerChecked(script: string, id: string): string {
+  return `${SLOT_MARKER}if redis.call('GET', tp_sid(KEYS[1])) ~= '${id}' then return redis.error_reply('TPSTORE the slot does not carry the store marker') end\n${script}`;
+}
+
+/** Writes the slot's copy unless it has one; returns the copy it holds. */
+const SET_SLOT_MARKER = `${SLOT_MARKER}redis.call('SET', tp_sid(KEYS[1]), ARGV[1], 'NX')
+return redis.call('GET', tp_sid(KEYS[1]))`;
+
 /** Never carries the command's arguments (ioredis attaches them to reply errors). */
 export function sanitize(err: unknown): Error {
   const safe = new Error(err instanceof Error ? err.message.slice(0, 200) : 'unknown error');
@@ -65,6 +85,9 @@ export class RedisConnection {
   /** Bound on one store call, whatever the topology queues or retries underneath. */
   readonly #deadlineMs: number;
   readonly #scripts = new Map<string, string>();
+  /** The store marker every write checks (marker.ts), and how the store as a whole is re-checked. */
+  #marker: { id: string; recheck: () => Promise<boolean> } | null = null;
+  #disconnectListeners: Array<() => void> = [];
 
   private constructor(client: RedisClient, prefix: string, waitReplicas: number, waitTimeoutMs: number, deadlineMs: number) {
     this.client = client;
@@ -113,6 +136,25 @@ export class RedisConnection {
       throw new StoreUnavailableError('cannot connect to the Redis token store', { cause: sanitize(err) });
     }
     return new RedisConnection(client, opts.keyPrefix, waitReplicas, waitTimeoutMs, commandTimeout + 250);
+  }
+
+  /** From now on every write script checks its slot's copy of the marker `id` first (marker.ts). */
+  enforceMarker(id: string, recheck: () => Promise<boolean>): void {
+    if (!/^[A-Za-z0-9-]{1,64}$/.test(id)) throw new StoreUnavailableError('the Redis store marker is corrupt');
+    this.#marker = { id, recheck };
+  }
+
+  /** Calls `fn` whenever the connection (or, on a Cluster, a node's) closes. */
+  onDisconnect(fn: () => void): void {
+    if (this.#disconnectListeners.length === 0) {
+      const notify = (): void => {
+        for (const l of this.#disconnectListeners) l();
+      };
+      this.client.on('close', notify);
+      this.client.on('reconnecting', notify);
+      this.client.on('-node', notify);
+    }
+    this.#disconnectListeners.push(fn);
   }
 
   async close(): Promise<void> {
@@ -191,6 +233,23 @@ export class RedisConnection {
   }
 
   async #eval(script: string, keys: Array<string | Buffer>, args: Array<string | Buffer>, write: boolean, buffers: boolean): Promise<unknown> {
+    const marker = write ? this.#marker : null;
+    if (!marker) return this.#evalOnce(script, keys, args, write, buffers);
+    const checked = markerChecked(script, marker.id);
+    try {
+      return await this.#evalOnce(checked, keys, args, write, buffers);
+    } catch (err) {
+      if (!(err instanceof StoreUnavailableError && err.cause instanceof Error && err.cause.message.startsWith('TPSTORE'))) throw err;
+    }
+    // The slot has no copy of the marker: its first write since the marker was checked, or the
+    // store was emptied. Only a store that still carries the marker gets the slot's copy.
+    if (!(await marker.recheck())) throw new StoreLostError('the Redis token store no longer carries the marker of the store the service opened');
+    const held = await this.call(() => this.client.eval(SET_SLOT_MARKER, 1, keys[0]!, marker.id));
+    if (held !== marker.id) throw new StoreLostError('the Redis token store carries another store\'s marker');
+    return this.#evalOnce(checked, keys, args, write, buffers);
+  }
+
+  async #evalOnce(script: string, keys: Array<string | Buffer>, args: Array<string | Buffer>, write: boolean, buffers: boolean): Promise<unknown> {
     let sha = this.#scripts.get(script);
     if (!sha) this.#scripts.set(script, (sha = createHash('sha1').update(script).digest('hex')));
     const evalsha = sha;

@@ -38,6 +38,8 @@
  *   P tenants            set of tenant ids with a cvc to purge (purgeCvc walks it; plain SADD, no script)
  *   P {dk}, P {dk}:order data keys: hash kid → JSON, list of kids oldest first (one slot of their own)
  *   P meta               hash {version}: the layout version (4)
+ *   P {dk}:store         hash {id, created_at, lost_at?}: the store marker (marker.ts, store/identity.ts)
+ *   P {dk}:sid, P t:{T}:sid   the marker's id, in each slot a write script touches (marker.ts)
  * A type filter is checked on the records (types are few; a zset per type cost ~100 bytes a token).
  * On a Cluster the prefix must not contain '{' or '}' (the config refuses it): Redis hashes the
  * first {…} of a key, which must be the tenant's. Writes are Lua scripts (scripts.ts), so a batch
@@ -62,6 +64,7 @@ import { RedisAudit } from './audit.js';
 import { RedisConnection, sanitize, type RedisStoreOptions } from './connection.js';
 import { RedisDataKeys } from './data-keys.js';
 import { RedisIdempotency } from './idempotency.js';
+import { RedisMarker } from './marker.js';
 import { migrate } from './migrate.js';
 import { RedisReactorResults } from './reactor-results.js';
 import { LAYOUT_VERSION, RedisMigratorV4 } from './migrate-v4.js';
@@ -77,6 +80,7 @@ export class RedisStore implements Store {
   readonly dataKeys: RedisDataKeys;
   readonly idempotency: RedisIdempotency;
   readonly reactorResults: RedisReactorResults;
+  readonly marker: RedisMarker;
   readonly #c: RedisConnection;
 
   private constructor(connection: RedisConnection) {
@@ -86,6 +90,7 @@ export class RedisStore implements Store {
     this.dataKeys = new RedisDataKeys(connection);
     this.idempotency = new RedisIdempotency(connection);
     this.reactorResults = new RedisReactorResults(connection);
+    this.marker = new RedisMarker(connection);
   }
 
   /**
