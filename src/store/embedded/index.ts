@@ -52,6 +52,7 @@ export class EmbeddedStore implements Store {
 
   /** Writes already accepted are committed (or rejected), the writer exits, then the database closes. */
   close(): Promise<void> {
+    this.marker.close();
     return this.#c.close();
   }
 

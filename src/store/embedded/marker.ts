@@ -7,7 +7,8 @@
  * under the running service leaves it writing to a file no path names any more, which the next
  * start would not open. replaced() compares the path's device and inode with the file's at open.
  */
-import { statSync } from 'node:fs';
+import { statSync, watch, type FSWatcher } from 'node:fs';
+import { basename, dirname } from 'node:path';
 import type Database from 'better-sqlite3';
 import type { MarkerPort, StoreMarker } from '../types.js';
 import type { EmbeddedConnection } from './connection.js';
@@ -36,6 +37,7 @@ function fileId(path: string): string | null {
 export class EmbeddedMarker implements MarkerPort {
   readonly #c: EmbeddedConnection;
   readonly #opened: string | null;
+  #watcher: FSWatcher | null = null;
 
   constructor(connection: EmbeddedConnection) {
     this.#c = connection;
@@ -76,11 +78,34 @@ export class EmbeddedMarker implements MarkerPort {
   }
 
   async holdsRecords(): Promise<boolean> {
+    // The tokens' table is `vault_tokens` in format 6, `tokens` before (a file opened for migrate).
     return this.#c.run(() => {
-      const row = this.#c.db.prepare<[], { any: number }>(
-        "SELECT EXISTS (SELECT 1 FROM tokens) OR EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'audit_events' AND EXISTS (SELECT 1 FROM audit_events)) AS any").get();
-      return row?.any === 1;
+      const db = this.#c.db;
+      const tables = new Set(db.prepare<[], { name: string }>("SELECT name FROM sqlite_master WHERE type = 'table'").all().map((r) => r.name));
+      return ['vault_tokens', 'tokens', 'audit_events'].some((name) => tables.has(name) && db.prepare(`SELECT 1 FROM ${name} LIMIT 1`).get() !== undefined);
     });
+  }
+
+  /**
+   * The file renamed over or removed (a 'rename' event for its name in its directory; SQLite
+   * never renames the database file itself): the next call checks at once, not at the next timer.
+   */
+  onDisconnect(fn: () => void): void {
+    if (this.#opened === null || this.#watcher) return;
+    const name = basename(this.#c.path);
+    try {
+      this.#watcher = watch(dirname(this.#c.path), { persistent: false }, (event, file) => {
+        if (event === 'rename' && file === name) fn();
+      });
+      this.#watcher.on('error', () => {});
+    } catch {
+      // no watch on this file system: the guard's timer still checks
+    }
+  }
+
+  close(): void {
+    this.#watcher?.close();
+    this.#watcher = null;
   }
 
   replaced(): string | null {
