@@ -14,16 +14,22 @@ const healthz = {
   tags: ['health'],
   responses: { 200: { description: 'Alive', body: z.object({ status: z.literal('ok') }) } },
 };
+// Redis: the persistence read at start and whether the config accepts losing writes (store/redis/durability.ts).
+const durabilitySchema = z.object({
+  appendonly: z.enum(['yes', 'no', 'unknown']),
+  appendfsync: z.enum(['always', 'everysec', 'no', 'unknown']),
+  accepted_loss: z.boolean(),
+}).describe('Redis only: the weakest primary\'s appendonly and appendfsync at start, and store.durability: accept_loss');
 const readyz = {
   summary: 'The token store answers; 503 while it does not or while the service shuts down',
   tags: ['health'],
   responses: {
-    200: { description: 'Ready', body: z.object({ status: z.literal('ready'), store: z.string().describe('sqlite or redis') }) },
+    200: { description: 'Ready', body: z.object({ status: z.literal('ready'), store: z.string().describe('sqlite or redis'), durability: durabilitySchema.optional() }) },
     503: problem('Not ready (store_unavailable, shutting_down)'),
   },
 };
 
-export function healthRoutes(store: Pick<Store, 'kind' | 'ping'>, draining: () => boolean = () => false): Route[] {
+export function healthRoutes(store: Pick<Store, 'kind' | 'ping' | 'durability'>, draining: () => boolean = () => false): Route[] {
   return [
     { method: 'GET', path: '/healthz', group: 'health', auth: 'none', body: 'none', schemas: healthz, handle: async (ctx) => sendJson(ctx.res, 200, { status: 'ok' }, ctx.headers) },
     {
@@ -35,7 +41,8 @@ export function healthRoutes(store: Pick<Store, 'kind' | 'ping'>, draining: () =
         } catch (err) {
           throw new ServiceError('store_unavailable', { cause: err });
         }
-        sendJson(ctx.res, 200, { status: 'ready', store: store.kind }, ctx.headers);
+        const durability = store.durability;
+        sendJson(ctx.res, 200, { status: 'ready', store: store.kind, ...(durability ? { durability } : {}) }, ctx.headers);
       },
     },
   ];
