@@ -100,7 +100,10 @@ export async function readNode(c: RedisConnection, node: Redis | Cluster, name: 
 /** Every primary's settings: on a Cluster each master (host:port), else the one primary. */
 export async function readDurability(c: RedisConnection): Promise<NodeDurability[]> {
   if (!(c.client instanceof Cluster)) return [await readNode(c, c.client, null)];
-  return Promise.all(c.client.nodes('master').map((n) => readNode(c, n, `${n.options.host ?? '?'}:${n.options.port ?? '?'}`)));
+  const masters = c.client.nodes('master');
+  // No master known (yet): nothing was read, which is not "every master has one".
+  if (masters.length === 0) return [{ node: null, appendonly: 'unknown', appendfsync: 'unknown', source: 'none' }];
+  return Promise.all(masters.map((n) => readNode(c, n, `${n.options.host ?? '?'}:${n.options.port ?? '?'}`)));
 }
 
 /** The weakest setting over the primaries: the one a loss follows. */
@@ -131,7 +134,7 @@ function refusalOf(nodes: readonly NodeDurability[]): string | null {
       `turn it on (appendonly yes, appendfsync always), or set store.durability: accept_loss to start on it all the same (${DOCS})`;
   }
   if (nodes.some((n) => n.appendonly === 'unknown')) {
-    return `the Redis store's persistence could not be read (CONFIG GET and INFO persistence were both refused ${where(nodes, (n) => n.appendonly === 'unknown')}): ` +
+    return `the Redis store's persistence could not be read (neither CONFIG GET nor INFO persistence said whether there is an append-only file ${where(nodes, (n) => n.appendonly === 'unknown')}): ` +
       'without an append-only file a Redis restart loses every token written since its last snapshot; ' +
       `let the service's Redis user run INFO (or CONFIG GET) on a primary with appendonly yes, or set store.durability: accept_loss to start without knowing (${DOCS})`;
   }
