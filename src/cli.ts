@@ -96,7 +96,7 @@ function digestLine(key: string): string {
 }
 
 /** Starts the service and stops it cleanly on SIGTERM/SIGINT (the process stays up while it runs). */
-async function start({ config, model }: LoadedModel, notices: StartupNotice[]): Promise<number | null> {
+async function start({ config, model }: LoadedModel, notices: StartupNotice[], io: Io): Promise<number | null> {
   // Loaded here, not at the top: the tool commands need none of the service's modules.
   const cluster = await import('./cluster.js');
   if (cluster.isClusterPrimary(config)) return cluster.runPrimary(config, notices);
@@ -160,6 +160,10 @@ async function start({ config, model }: LoadedModel, notices: StartupNotice[]): 
   try {
     service = await startService(config, { log, model });
   } catch (err) {
+    // Production mode's refusal of the store it found (store/redis/durability.ts, StoreDurabilityError,
+    // matched by name: the store's modules are not loaded here): its line on stderr, as the refusals
+    // made before start, besides the log line.
+    if ((err as Error).name === 'StoreDurabilityError') io.err(`tokenproxy: production mode refuses to start: ${(err as Error).message}\n`);
     tryLog(() => log.fatal({ error: { type: (err as Error).name, message: (err as Error).message } }, 'start-up failed'));
     // At once: a half-started service may still hold handles (a store connection, a reactor host).
     exitProcess(log, EXIT_FAILED);
@@ -303,7 +307,7 @@ const commands: Record<string, Command> = {
       const check = await productionRefused(config, io);
       if (!check) return EXIT_FAILED;
       const { startupNotices } = await import('./production.js');
-      return start(loaded, startupNotices(config.server.mode, check));
+      return start(loaded, startupNotices(config.server.mode, check), io);
     },
   },
   'check-config': {

@@ -6,7 +6,9 @@
  * (given through TOKENPROXY_MASTER_KEY or as a copy of that file), or when a configured key is one
  * of the development keys published in the README and the default config. It warns, once at
  * start-up, about keys given in plaintext and about `/metrics` on the public listener. Development
- * mode starts as before and says once what production mode would refuse.
+ * mode starts as before and says once what production mode would refuse. What needs the store
+ * itself (a Redis store's persistence) is checked when the service connects to it, before it writes
+ * anything: src/store/redis/durability.ts.
  *
  * Every message names settings by path and files by name; never a key, digest or token.
  */

@@ -119,7 +119,11 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
   // Compiled first: a bad config fails before the master key is read or a connection is made.
   const first = opts.model ?? compileOrThrow(config);
   const metrics = config.metrics.enabled ? new ServiceMetrics() : undefined;
-  const { store, ring, marker } = await openStoreAndRing(config, log, undefined, (s) => instrumentStore(s, metrics?.store(config.store.kind)));
+  const { store, ring, marker } = await openStoreAndRing(config, log, undefined, (s) => instrumentStore(s, metrics?.store(config.store.kind)), {
+    // A Redis store's persistence is read and checked before anything is written (store/redis/durability.ts).
+    durability: { mode: config.server.mode, setting: config.store.durability },
+  });
+  if (store.durability) metrics?.storeDurability(store.kind, store.durability);
   const cleanups: Array<() => Promise<void> | void> = [() => store.close()];
   try {
     // From here every store call first makes sure the store is still the one opened (store/identity.ts).

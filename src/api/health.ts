@@ -15,11 +15,17 @@ const healthz = {
   tags: ['health'],
   responses: { 200: { description: 'Alive', body: z.object({ status: z.literal('ok') }) } },
 };
+// Redis: the persistence read at start and whether the config accepts losing writes (store/redis/durability.ts).
+const durabilitySchema = z.object({
+  appendonly: z.enum(['yes', 'no', 'unknown']),
+  appendfsync: z.enum(['always', 'everysec', 'no', 'unknown']),
+  accepted_loss: z.boolean(),
+}).describe('Redis only: the weakest primary\'s appendonly and appendfsync at start, and store.durability: accept_loss');
 const readyz = {
   summary: 'The token store answers; 503 while it does not or while the service shuts down',
   tags: ['health'],
   responses: {
-    200: { description: 'Ready', body: z.object({ status: z.literal('ready'), store: z.string().describe('sqlite or redis') }) },
+    200: { description: 'Ready', body: z.object({ status: z.literal('ready'), store: z.string().describe('sqlite or redis'), durability: durabilitySchema.optional() }) },
     503: problem('Not ready (store_unavailable, shutting_down)'),
   },
 };
@@ -30,7 +36,7 @@ export interface StoreWatch {
   check(): Promise<void>;
 }
 
-export function healthRoutes(store: Pick<Store, 'kind' | 'ping'>, draining: () => boolean = () => false, watch?: StoreWatch): Route[] {
+export function healthRoutes(store: Pick<Store, 'kind' | 'ping' | 'durability'>, draining: () => boolean = () => false, watch?: StoreWatch): Route[] {
   return [
     { method: 'GET', path: '/healthz', group: 'health', auth: 'none', body: 'none', schemas: healthz, handle: async (ctx) => sendJson(ctx.res, 200, { status: 'ok' }, ctx.headers) },
     {
@@ -45,7 +51,8 @@ export function healthRoutes(store: Pick<Store, 'kind' | 'ping'>, draining: () =
           throw new ServiceError('store_unavailable', { cause: err });
         }
         if (watch?.lost) throw new ServiceError('store_unavailable', { cause: watch.lost, detail: `${watch.lost.message}. ${LOST_STORE_ADVICE}` });
-        sendJson(ctx.res, 200, { status: 'ready', store: store.kind }, ctx.headers);
+        const durability = store.durability;
+        sendJson(ctx.res, 200, { status: 'ready', store: store.kind, ...(durability ? { durability } : {}) }, ctx.headers);
       },
     },
   ];

@@ -246,7 +246,8 @@ export const configSchema = z.strictObject({
       pid_file: z.string().optional(),
       /**
        * `production` refuses to start with a generated or co-located master key or a
-       * published development key (src/production.ts). NODE_ENV=production sets it too.
+       * published development key (src/production.ts), or on a Redis store without an append-only
+       * file (src/store/redis/durability.ts). NODE_ENV=production sets it too.
        */
       mode: z.enum(['development', 'production']).default('development'),
       /**
@@ -275,6 +276,11 @@ export const configSchema = z.strictObject({
       /** After each write, WAIT for this many replicas (0: do not wait; docs/storage.md "Storage and durability"). */
       wait_replicas: z.number().int().min(0).max(16).default(0),
       wait_timeout_ms: z.number().int().min(1).max(60_000).default(500),
+      /**
+       * Redis: what a start accepts of the primaries' persistence (src/store/redis/durability.ts).
+       * `require_aof`: production mode refuses a Redis without an append-only file.
+       */
+      durability: z.enum(['require_aof', 'accept_loss']).default('require_aof'),
       /** PostgreSQL: connections per process (src/store/postgres/pool.ts). */
       pool_size: z.number().int().min(1).max(1000).default(10),
       /** The cvc is purged after a retention window (docs/api.md "Token definitions"). */

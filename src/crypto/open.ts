@@ -7,6 +7,7 @@ import { dirname } from 'node:path';
 import type { LoadedConfig } from '../config/load.js';
 import type { Logger } from '../log.js';
 import { assertStoreExists, createStore, resolveStorePath, StoreMissingError } from '../store/factory.js';
+import type { DurabilityPolicy } from '../store/redis/durability.js';
 import type { Store, StoreMarker } from '../store/types.js';
 import { openIdentified } from '../store/identity.js';
 import { KeyRing } from './keyring.js';
@@ -25,10 +26,11 @@ export interface OpenedRing {
  * before the key ring uses it (the service's metrics time every write, the first data key's too).
  * `existing` (the CLI's tools): the store must exist and hold data keys already; nothing
  * is created, neither the store, its directory, the development master key nor a first data key.
+ * `durability` (the service): a Redis store's persistence is checked when it connects.
  */
 export async function openStoreAndRing(
   config: LoadedConfig, log: Logger, warn = (msg: string) => log.warn(msg), wrap: (store: Store) => Store = (s) => s,
-  opts: { existing?: boolean } = {},
+  opts: { existing?: boolean; durability?: DurabilityPolicy } = {},
 ): Promise<OpenedRing> {
   const existing = opts.existing === true;
   // A missing store is named before the master key is looked for (which may be a development key next to it).
@@ -36,7 +38,7 @@ export async function openStoreAndRing(
   const source = { fromEnv: config.masterKeyFromEnv, file: config.secrets.master_key_file, dataDir: dirname(resolveStorePath(config.store)) };
   const master = loadMasterKey({ ...source, storeKind: config.store.kind, warn, createDevKey: !existing });
   try {
-    return await openRing(config, master, log, wrap, existing);
+    return await openRing(config, master, log, wrap, existing, opts.durability);
   } catch (err) {
     // the key ring knows the key ids, this knows where the key came from: say what to check.
     if (err instanceof MasterKeyMismatchError) throw new MasterKeyMismatchError(`${err.message}. ${masterKeyMismatchHint(source, storeSetting(config))}`);
@@ -52,8 +54,10 @@ export function storeSetting(config: LoadedConfig): string {
   return config.store.kind === 'redis' ? 'store.url and store.key_prefix' : 'store.url';
 }
 
-async function openRing(config: LoadedConfig, master: Buffer, log: Logger, wrap: (store: Store) => Store, existing: boolean): Promise<OpenedRing> {
-  const store = wrap(await createStore(config.store, { log, mustExist: existing }));
+async function openRing(
+  config: LoadedConfig, master: Buffer, log: Logger, wrap: (store: Store) => Store, existing: boolean, durability: DurabilityPolicy | undefined,
+): Promise<OpenedRing> {
+  const store = wrap(await createStore(config.store, { log, mustExist: existing, durability }));
   try {
     // A lost store is refused before anything is written to it (store/identity.ts); a tool's
     // `existing` open makes no marker and no data key.

@@ -9,10 +9,11 @@
  * The modules that count things see only the small interfaces below (RequestMetrics,
  * ProxyMetrics, ReactorMetrics, VaultMetrics, StoreMetrics), never prom-client.
  */
-import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { RequestMetrics } from '../http/metrics.js';
 import type { ProxyMetrics } from '../proxy/metrics.js';
 import type { ReactorMetrics } from '../reactors/metrics.js';
+import type { StoreDurability } from '../store/types.js';
 import type { VaultMetrics } from '../vault/metrics.js';
 import { FastHistogram, type HistogramChild } from './histogram.js';
 
@@ -49,6 +50,7 @@ export class ServiceMetrics implements RequestMetrics, ReactorMetrics, VaultMetr
   private readonly hostRestarts: Counter;
   private readonly storeWrites: Histogram<'store' | 'operation'>;
   private readonly storeErrors: Counter<'store' | 'operation'>;
+  private readonly durability: Gauge<'store' | 'appendonly' | 'appendfsync' | 'accepted_loss'>;
 
   constructor() {
     const registers = [this.registry];
@@ -76,6 +78,11 @@ export class ServiceMetrics implements RequestMetrics, ReactorMetrics, VaultMetr
       labelNames: ['store', 'operation'], buckets: STORE_BUCKETS, registers,
     });
     this.storeErrors = new Counter({ name: 'tokenproxy_store_write_errors_total', help: 'Token store writes that failed (a duplicate id is not a failure), by store kind and operation.', labelNames: ['store', 'operation'], registers });
+    this.durability = new Gauge({
+      name: 'tokenproxy_store_durability',
+      help: 'Redis store: 1 for the persistence its primaries had at start (the weakest of them; unknown where Redis would not say) and whether store.durability accepts loss.',
+      labelNames: ['store', 'appendonly', 'appendfsync', 'accepted_loss'], registers,
+    });
   }
 
   request(method: string | undefined, route: string, status: number, started: number): void {
@@ -132,6 +139,11 @@ export class ServiceMetrics implements RequestMetrics, ReactorMetrics, VaultMetr
         child.inc(count);
       },
     };
+  }
+
+  /** Set once at start: labels from a small fixed set (store/types.ts StoreDurability), never a node's address. */
+  storeDurability(kind: string, d: StoreDurability): void {
+    this.durability.set({ store: kind, appendonly: d.appendonly, appendfsync: d.appendfsync, accepted_loss: String(d.accepted_loss) }, 1);
   }
 
   /** The text exposition format (docs/operations.md "Metrics"). */

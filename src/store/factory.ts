@@ -9,6 +9,7 @@ import type { Logger } from '../log.js';
 import type { Store } from './types.js';
 import { EmbeddedStore } from './embedded/index.js';
 import type { RedisTopology } from '../redis/connect.js';
+import type { DurabilityPolicy } from './redis/durability.js';
 
 export { InvalidCursorError } from './codec.js';
 
@@ -39,6 +40,8 @@ export interface CreateStoreOptions {
   forMigration?: boolean;
   /** Redis: per-command timeout in ms (default 1500). */
   commandTimeoutMs?: number;
+  /** Redis, a service start: check the primaries' persistence before anything is written (store/redis/durability.ts). */
+  durability?: DurabilityPolicy;
 }
 
 /** The store a tool was pointed at does not exist; the message names the path as resolved. */
@@ -80,7 +83,7 @@ export async function createStore(cfg: StoreConfig, opts: CreateStoreOptions = {
       return RedisStore.connect({
         url: cfg.url, cluster: cfg.cluster, sentinel: cfg.sentinel, username: cfg.username, password: cfg.password, tls: cfg.tls,
         keyPrefix: cfg.key_prefix, waitReplicas: cfg.wait_replicas, waitTimeoutMs: cfg.wait_timeout_ms,
-        log: opts.log, commandTimeoutMs: opts.commandTimeoutMs, forMigration: opts.forMigration,
+        log: opts.log, commandTimeoutMs: opts.commandTimeoutMs, forMigration: opts.forMigration, durability: opts.durability,
       });
     }
     case 'postgres': {

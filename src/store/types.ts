@@ -264,4 +264,29 @@ export interface Store {
   /** Resolves when the store answers; rejects with StoreUnavailableError when it does not. */
   ping(): Promise<void>;
   close(): Promise<void>;
+  /**
+   * Redis, opened by a service: its primaries' persistence as read at start, and whether the
+   * config accepts losing writes (store/redis/durability.ts); /readyz and a gauge report it.
+   */
+  readonly durability?: StoreDurability;
+}
+
+/** The weakest of a Redis store's primaries: `unknown` where Redis would not say. */
+export interface StoreDurability {
+  appendonly: 'yes' | 'no' | 'unknown';
+  appendfsync: 'always' | 'everysec' | 'no' | 'unknown';
+  /** `store.durability: accept_loss`. */
+  accepted_loss: boolean;
+}
+
+/**
+ * Raised by a Redis store's connect when production mode refuses its persistence (no
+ * append-only file, or none that could be read) and the config does not accept the loss: the
+ * message says what was found and the ways out.
+ */
+export class StoreDurabilityError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'StoreDurabilityError';
+  }
 }

@@ -69,9 +69,11 @@ async function waitForPing(port: number, timeoutMs = 10_000): Promise<void> {
 /**
  * `own`: start a server even when REDIS_URL is set (one this helper can kill and restart).
  * `durable: false`: no AOF (for tests about anything but durability that write a lot, such as
- * the fuzz suite: appendfsync always costs an fsync per write).
+ * the fuzz suite: appendfsync always costs an fsync per write). `args`: the server's persistence
+ * (and any other) arguments instead of those `durable` picks, such as `['--appendonly', 'no']` or
+ * `['--rename-command', 'CONFIG', '']` (the tests of the store's durability check).
  */
-export async function startRedis(opts: { own?: boolean; durable?: boolean } = {}): Promise<RedisHandle> {
+export async function startRedis(opts: { own?: boolean; durable?: boolean; args?: string[] } = {}): Promise<RedisHandle> {
   const prefix = `t${randomBytes(6).toString('hex')}:`;
   if (process.env.REDIS_URL && !opts.own) {
     const url = process.env.REDIS_URL;
@@ -87,7 +89,8 @@ export async function startRedis(opts: { own?: boolean; durable?: boolean } = {}
   const launch = async () => {
     child = spawn(
       'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--protected-mode', 'no', ...(opts.durable === false ? ['--appendonly', 'no'] : ['--appendonly', 'yes', '--appendfsync', 'always'])],
+      ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--protected-mode', 'no',
+        ...(opts.args ?? (opts.durable === false ? ['--appendonly', 'no'] : ['--appendonly', 'yes', '--appendfsync', 'always']))],
       { stdio: 'ignore' },
     );
     await waitForPing(port);

@@ -18,7 +18,8 @@ if (redis) {
     const s = await startTestService(t, { redis });
     const ready = await s.call('GET', '/readyz', { key: null });
     t.equal(ready.status, 200);
-    t.same(ready.body, { status: 'ready', store: 'redis' });
+    // The helper's redis-server has an append-only file, fsynced at every write.
+    t.same(ready.body, { status: 'ready', store: 'redis', durability: { appendonly: 'yes', appendfsync: 'always', accepted_loss: false } });
     const created = await s.call('POST', '/tokens', { body: { type: 'token', data: 'before-the-outage' } });
     t.equal(created.status, 201);
 

@@ -78,6 +78,32 @@ if (cluster) {
     t.same(await store.tokens.get(r.tenant_id, r.id), r);
   });
 
+  t.test('the durability check reads every master, and names the one that falls short', async (t) => {
+    const production = { mode: 'production', setting: 'require_aof' } as const;
+    const keyPrefix = `${cluster.prefix}durability:`;
+    const store = await RedisStore.connect({ cluster: { nodes: [cluster.nodes[0]!] }, keyPrefix, durability: production });
+    t.teardown(() => store.close());
+    t.same(store.durability, { appendonly: 'yes', appendfsync: 'always', accepted_loss: false }, 'three masters with appendfsync always');
+    // One master weakened at a time (set back at the end: the next tests run on the same Cluster).
+    const last = new Redis(cluster.ports[2]!, '127.0.0.1');
+    t.teardown(async () => {
+      await last.config('SET', 'appendonly', 'yes');
+      await last.config('SET', 'appendfsync', 'always');
+      last.disconnect();
+    });
+    const named = `127.0.0.1:${cluster.ports[2]}`;
+    await last.config('SET', 'appendfsync', 'everysec');
+    const logged: string[] = [];
+    const log = { warn: (_: unknown, msg: string) => void logged.push(msg) } as never;
+    const weaker = await RedisStore.connect({ cluster: { nodes: [cluster.nodes[0]!] }, keyPrefix, durability: production, log });
+    t.teardown(() => weaker.close());
+    t.same(weaker.durability, { appendonly: 'yes', appendfsync: 'everysec', accepted_loss: false }, 'the weakest master is reported');
+    t.match(logged, [new RegExp(`appendfsync everysec on master ${named.replace(/\./g, '\\.')}\\)`)], 'the warning names that master');
+    await last.config('SET', 'appendonly', 'no');
+    const err = await RedisStore.connect({ cluster: { nodes: [cluster.nodes[0]!] }, keyPrefix, durability: production }).then(() => null, (e: unknown) => e);
+    t.match(err, { name: 'StoreDurabilityError', message: `the Redis store has no append-only file (appendonly no on master ${named})` });
+  });
+
   // issue 24: tokenproxy migrate walks every master of a Cluster (migrate-v4.ts keeps a SCAN cursor per node).
   t.test('the layout 3 fixture on a Cluster: refused by a service start, converted by the migrator, every token there', async (t) => {
     const prefix = `${cluster.prefix}fixture:`;

@@ -38,4 +38,13 @@ if (sentinel) {
     t.teardown(() => replicaOf.disconnect());
     t.match(await replicaOf.info('replication'), /connected_slaves:1/, 'one replica, as the setup says');
   });
+
+  t.test('the durability check reads the primary the sentinels name', async (t) => {
+    const store = await RedisStore.connect({
+      sentinel: { sentinels: sentinel.sentinels, name: sentinel.name }, keyPrefix: `${sentinel.prefix}${++n}:`,
+      durability: { mode: 'production', setting: 'require_aof' },
+    });
+    t.teardown(() => store.close());
+    t.same(store.durability, { appendonly: 'yes', appendfsync: 'always', accepted_loss: false });
+  });
 }

@@ -6,10 +6,14 @@
  * then survives a tokenproxy kill -9 (Redis already has it) AND a Redis crash: with `always` Redis
  * fsyncs the AOF before it replies. With the default `everysec` a Redis crash can lose the last
  * second of tokens that clients already hold. Replication is asynchronous: a failover (Sentinel
- * or Cluster promoting a replica) can lose the last writes the primary acknowledged, unless
- * `waitReplicas` is set: then every write script is followed by `WAIT n timeout` on the same
- * connection, and fewer acknowledgements answer StoreUnavailableError (503 store_unavailable;
- * the write did happen on the primary and may or may not survive a failover).
+ * or Cluster promoting a replica) can lose the last writes the primary acknowledged. With
+ * `waitReplicas` every write script is followed by `WAIT n timeout` on the same connection, and
+ * fewer acknowledgements answer StoreUnavailableError (503 store_unavailable; the write did happen
+ * on the primary and may or may not survive a failover). WAIT narrows the window, it does not close
+ * it: it is not consensus (a failover may promote a replica that had not acknowledged), and a
+ * replica acknowledges receiving a write, not writing it to disk. A service start reads the
+ * primaries' `appendonly`/`appendfsync` before writing anything (durability.ts): production mode
+ * refuses a Redis without an append-only file unless `store.durability: accept_loss`.
  *
  * Layout 4 (P = key_prefix, T = tenant id; every text component URI-encoded, so
  * ':' '{' '}' never appear inside one). Every key of one tenant carries `{T}` as its Redis Cluster
@@ -58,11 +62,12 @@
  * migrator() converts layout 3 to 4 a batch at a time, resumably (migrate-v4.ts). Stop every
  * instance sharing the prefix before migrating: an older instance still writing would write layout 3.
  */
-import type { FormatMigrator, Store } from '../types.js';
-import { StoreFormatError, StoreUnavailableError } from '../types.js';
+import type { FormatMigrator, Store, StoreDurability } from '../types.js';
+import { StoreDurabilityError, StoreFormatError, StoreUnavailableError } from '../types.js';
 import { RedisAudit } from './audit.js';
 import { RedisConnection, sanitize, type RedisStoreOptions } from './connection.js';
 import { RedisDataKeys } from './data-keys.js';
+import { checkDurability, type DurabilityPolicy } from './durability.js';
 import { RedisIdempotency } from './idempotency.js';
 import { RedisMarker } from './marker.js';
 import { migrate } from './migrate.js';
@@ -81,6 +86,8 @@ export class RedisStore implements Store {
   readonly idempotency: RedisIdempotency;
   readonly reactorResults: RedisReactorResults;
   readonly marker: RedisMarker;
+  /** What connect's durability check found (durability.ts); absent when the store was opened without one (the CLI's tools). */
+  durability?: StoreDurability;
   readonly #c: RedisConnection;
 
   private constructor(connection: RedisConnection) {
@@ -97,12 +104,15 @@ export class RedisStore implements Store {
    * Connects (failing fast with StoreUnavailableError when Redis does not answer) and checks the
    * layout: a fresh prefix gets layout 4; an older layout is StoreFormatError unless
    * `forMigration` (then layouts 1 and 2 become 3 here, and migrator() does the rest).
+   * `durability` (a service start): the primaries' persistence is checked first, before anything
+   * is written, and StoreDurabilityError is production mode's refusal (durability.ts).
    */
-  static async connect(opts: RedisStoreOptions & { forMigration?: boolean }): Promise<RedisStore> {
+  static async connect(opts: RedisStoreOptions & { forMigration?: boolean; durability?: DurabilityPolicy }): Promise<RedisStore> {
     const connection = await RedisConnection.open(opts);
     const client = connection.client;
     const store = new RedisStore(connection);
     try {
+      if (opts.durability) store.durability = await checkDurability(connection, opts.durability, opts.log);
       const found = await layoutOf(connection);
       if (found > LAYOUT_VERSION) {
         throw new StoreFormatError(found, LAYOUT_VERSION, 'it was written by a newer tokenproxy; run that version (or newer) on it');
@@ -117,7 +127,7 @@ export class RedisStore implements Store {
       }
     } catch (err) {
       client.disconnect();
-      if (err instanceof StoreFormatError || err instanceof StoreUnavailableError) throw err;
+      if (err instanceof StoreFormatError || err instanceof StoreUnavailableError || err instanceof StoreDurabilityError) throw err;
       throw new StoreUnavailableError('cannot check the Redis token store\'s layout', { cause: sanitize(err) });
     }
     return store;
