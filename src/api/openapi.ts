@@ -92,7 +92,7 @@ function commonErrors(route: Route, s: RouteSchemas | undefined): Record<number,
   if (route.path.includes(':')) e[404] = 'Not found (not_found)';
   if (s?.body || (!s && route.auth !== 'none')) {
     e[413] = 'The body is over the limit (body_too_large)';
-    e[415] = 'The Content-Type is not accepted here (unsupported_media_type)';
+    e[415] = 'The Content-Type, or a charset other than UTF-8, is not accepted here (unsupported_media_type)';
   }
   if (route.group !== 'health') e[429] = 'Rate limited (rate_limited); Retry-After says when to retry';
   if (route.auth !== 'none') e[503] = 'A store the request needs is unavailable (store_unavailable, rate_limit_unavailable)';

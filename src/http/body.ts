@@ -6,6 +6,7 @@ import type { IncomingMessage } from 'node:http';
 import { ServiceError } from '../errors.js';
 import { invalidJsonDetail } from './json-error.js';
 import { LARGE_JSON_BYTES, LargeJsonBody, parseElsewhere, ReactorArgsJson } from './large-json.js';
+import { charsetRefusal, requireUtf8Json } from './utf8.js';
 
 export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = req.headers['content-length'];
@@ -101,7 +102,10 @@ export async function readJson(
   return parseJson(await readJsonBytes(req, limit, accept, acceptedTypes), maxDepth, large);
 }
 
-/** The body's bytes, once its media type is one `accept` takes (415 otherwise, naming `acceptedTypes`). */
+/**
+ * The body's bytes, once its media type is one `accept` takes (415 otherwise, naming
+ * `acceptedTypes`) and its charset, if it names one, is UTF-8 (415 otherwise: utf8.ts).
+ */
 export function readJsonBytes(
   req: IncomingMessage, limit: number, accept: (type: string) => boolean = isJsonType, acceptedTypes: readonly string[] = JSON_MEDIA_TYPES,
 ): Promise<Buffer> {
@@ -111,7 +115,25 @@ export function readJsonBytes(
       detail: `Content-Type ${type || '(none)'} is not accepted here: send the body as ${acceptedTypes.join(' or ')}`,
     }));
   }
+  const charset = charsetRefusal(req.headers['content-type'], 'JSON bodies');
+  if (charset) return Promise.reject(charset);
   return readBody(req, limit);
+}
+
+/**
+ * JSON bytes, checked to be UTF-8 before they are decoded (utf8.ts), parsed; `subject` names them
+ * in a 400 ("The request body"). Shared by the small bodies' path below, the JSON worker's and the
+ * proxy's; each scans the depth first.
+ */
+export function parseJsonBytes(buf: Buffer, subject: string): unknown {
+  requireUtf8Json(buf, subject);
+  const text = buf.toString('utf8');
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (err) {
+    // The parser's message can quote the body: only its offset is used (json-error.ts).
+    throw new ServiceError('invalid_json', { detail: invalidJsonDetail(text, (err as Error).message, subject) });
+  }
 }
 
 /** Parses JSON bytes: over LARGE_JSON_BYTES as `large` says, else here after the depth scan. */
@@ -123,11 +145,5 @@ export function parseJson(buf: Buffer, maxDepth: number, large: LargeBodyMode): 
   if (buf.length > maxDepth && jsonDepthExceeds(buf, maxDepth)) {
     throw new ServiceError('nesting_too_deep', { detail: `The body may be nested at most ${maxDepth} levels deep` });
   }
-  const text = buf.toString('utf8');
-  try {
-    return JSON.parse(text) as unknown;
-  } catch (err) {
-    // The parser's message can quote the body: only its offset is used (json-error.ts).
-    throw new ServiceError('invalid_json', { detail: invalidJsonDetail(text, (err as Error).message, 'The request body') });
-  }
+  return parseJsonBytes(buf, 'The request body');
 }

@@ -7,8 +7,7 @@ import { parentPort } from 'node:worker_threads';
 import { ServiceError } from '../errors.js';
 import { rebuild, summarizeTokenize } from '../vault/walk.js';
 import type { WorkerAnswer, WorkerTask } from './json-worker-messages.js';
-import { jsonDepthExceeds } from './body.js';
-import { invalidJsonDetail } from './json-error.js';
+import { jsonDepthExceeds, parseJsonBytes } from './body.js';
 
 /** max_tokens_per_request is at most 100 (config schema): a walk that counts 101 leaves has seen enough. */
 const LEAF_CAP = 100;
@@ -18,12 +17,8 @@ function parse(bytes: Uint8Array, maxDepth: number | null): unknown {
   if (maxDepth !== null && jsonDepthExceeds(buf, maxDepth)) {
     throw new ServiceError('nesting_too_deep', { detail: `The body may be nested at most ${maxDepth} levels deep` });
   }
-  const text = buf.toString('utf8');
-  try {
-    return JSON.parse(text) as unknown;
-  } catch (err) {
-    throw new ServiceError('invalid_json', { detail: invalidJsonDetail(text, (err as Error).message, 'The request body') });
-  }
+  // UTF-8 is checked here, off the event loop, with the parse (a render task's bytes passed it already).
+  return parseJsonBytes(buf, 'The request body');
 }
 
 /** Whether the parsed value holds more than `max` JSON values (objects, arrays and scalars). */

@@ -5,9 +5,10 @@
  * fields in one pass over the bytes and `replaceFormValues` splices new values in, so the work is
  * linear in the body and every other field keeps its bytes.
  */
+import { isUtf8 } from 'node:buffer';
 import { ServiceError } from '../errors.js';
-import { isJsonType, jsonDepthExceeds } from '../http/body.js';
-import { invalidJsonDetail } from '../http/json-error.js';
+import { isJsonType, jsonDepthExceeds, parseJsonBytes } from '../http/body.js';
+import { charsetRefusal, notUtf8Detail } from '../http/utf8.js';
 
 export const FORM_TYPE = 'application/x-www-form-urlencoded';
 
@@ -27,6 +28,11 @@ export interface FormField {
   end: number;
   /** The field has no `=` (`&name&`): a new value needs one. */
   bare: boolean;
+  /**
+   * Null when the value's bytes, percent-decoded, are UTF-8; else where they are not (`value` then
+   * holds U+FFFD in their place and must not be used: the transforms refuse the field).
+   */
+  notUtf8: string | null;
 }
 
 /** A new value for a field occurrence found by `formFields`. */
@@ -42,9 +48,9 @@ function hex(c: number | undefined): number {
 /**
  * A name or value of application/x-www-form-urlencoded as WHATWG URL's parser decodes it: `+` is
  * a space, `%XX` a byte (a `%` without two hex digits stays), then UTF-8 (invalid sequences
- * become U+FFFD).
+ * become U+FFFD: `notUtf8` says where, and the caller refuses the value rather than use it).
  */
-function decodeFormBytes(b: Buffer, start: number, end: number): string {
+function decodeFormBytes(b: Buffer, start: number, end: number): { value: string; notUtf8: string | null } {
   const out = Buffer.allocUnsafe(end - start);
   let o = 0;
   for (let i = start; i < end; i++) {
@@ -55,7 +61,9 @@ function decodeFormBytes(b: Buffer, start: number, end: number): string {
       i += 2;
     } else out[o++] = c;
   }
-  return out.toString('utf8', 0, o);
+  const bytes = out.subarray(0, o);
+  if (isUtf8(bytes)) return { value: bytes.toString('utf8'), notUtf8: null };
+  return { value: bytes.toString('utf8'), notUtf8: notUtf8Detail(bytes, 'The value, percent-decoded,', 'a value to tokenize must be UTF-8 text') };
 }
 
 /** A value serialized as URLSearchParams does (application/x-www-form-urlencoded). */
@@ -147,7 +155,7 @@ class FormScan {
         if (hit !== undefined) {
           if (this.found.length === this.max) return false;
           const start = Math.min(end + 1, i);
-          this.found.push({ name: hit.toString('utf8'), value: decodeFormBytes(b, start, i), start, end: i, bare: nameEnd === -1 });
+          this.found.push({ name: hit.toString('utf8'), ...decodeFormBytes(b, start, i), start, end: i, bare: nameEnd === -1 });
         }
       }
       pairStart = i + 1;
@@ -161,16 +169,35 @@ class FormScan {
   }
 }
 
+/**
+ * Whose body it is: a caller's request, with its Content-Type header (a charset other than UTF-8
+ * is refused once the body is read as JSON or a form), or a destination's answer.
+ */
+export type BodySource = { caller: string | undefined } | 'destination';
+
 export class ProxyBody {
   private json: { value: unknown } | undefined;
   private dirty = false;
+  /** The caller's body names a charset other than UTF-8 (a 415), while its bytes are the caller's. */
+  private foreignCharset: ServiceError | null;
 
   constructor(
     private bytes: Buffer,
     /** Media type of the body (lower case, no parameters). */
     readonly mediaType: string,
     private readonly maxDepth: number,
-  ) {}
+    private readonly source: BodySource,
+  ) {
+    this.foreignCharset = source === 'destination' ? null : charsetRefusal(source.caller, 'JSON and form bodies');
+  }
+
+  /**
+   * Throws the 415 for a caller's body in another charset, before its bytes are read as UTF-8
+   * text (JSON, a form). A body a transform replaced is UTF-8 whatever the header said.
+   */
+  refuseForeignCharset(): void {
+    if (this.foreignCharset) throw this.foreignCharset;
+  }
 
   get isEmpty(): boolean {
     return !this.dirty && this.bytes.length === 0;
@@ -192,13 +219,16 @@ export class ProxyBody {
     if (this.bytes.length > this.maxDepth && jsonDepthExceeds(this.bytes, this.maxDepth)) {
       throw new ServiceError('nesting_too_deep', { detail: `The body is nested deeper than ${this.maxDepth} levels` });
     }
-    const text = this.bytes.toString('utf8');
-    try {
-      this.json = { value: JSON.parse(text) };
-    } catch (err) {
-      // Where it stops parsing, never what it holds (http/json-error.ts).
-      throw new ServiceError('invalid_json', { detail: invalidJsonDetail(text, (err as Error).message, 'The body (declared as JSON)') });
+    // A caller's body in another charset is refused before it is read (415); UTF-8 is checked
+    // before decoding (http/utf8.ts); where parsing stops is named, never what the body holds.
+    this.refuseForeignCharset();
+    if (this.source === 'destination' && !isUtf8(this.bytes)) {
+      // Read as UTF-8 it would change in silence on its way to the caller.
+      throw new ServiceError('destination_response_untransformable', {
+        detail: notUtf8Detail(this.bytes, "The destination's JSON answer", 'the response transforms read JSON as UTF-8 only'),
+      });
     }
+    this.json = { value: parseJsonBytes(this.bytes, 'The body (declared as JSON)') };
     return this.json.value;
   }
 
@@ -209,6 +239,7 @@ export class ProxyBody {
    * with `%` or `+`, could decode to one); a value is decoded only when its name is wanted.
    */
   async formFields(names: ReadonlySet<string>, max: number): Promise<FormField[] | null> {
+    this.refuseForeignCharset();
     const b = this.serialize();
     const scan = new FormScan(b, names, max);
     for (let from = 0; from <= b.length; from += YIELD_EVERY) {
@@ -241,6 +272,20 @@ export class ProxyBody {
     this.dirty = false;
   }
 
+  /**
+   * The form's bytes as text, for a step that splits and joins it whole (a detokenize step): 415
+   * for a caller's form in another charset, 400 validation_failed for bytes that are not UTF-8
+   * (they would come out as U+FFFD, changed in silence).
+   */
+  formText(): string {
+    this.refuseForeignCharset();
+    const b = this.serialize();
+    if (!isUtf8(b)) {
+      throw new ServiceError('validation_failed', { detail: notUtf8Detail(b, 'The form body', 'its bytes must be UTF-8 to be read and rewritten; nothing was sent') });
+    }
+    return b.toString('utf8');
+  }
+
   /** What a code transform sees: parsed JSON for JSON bodies, else the text. */
   forCode(): unknown {
     return this.isJson ? this.jsonValue() : this.text();
@@ -252,12 +297,14 @@ export class ProxyBody {
 
   /** A transform changed the JSON value in place (or replaced it). */
   setJson(value: unknown): void {
+    this.foreignCharset = null;
     this.json = { value };
     this.dirty = true;
   }
 
   /** A code transform returned a body: objects are JSON, strings are taken as they are. */
   replace(body: unknown): void {
+    this.foreignCharset = null;
     if (typeof body === 'string') {
       this.bytes = Buffer.from(body, 'utf8');
       this.json = undefined;

@@ -92,7 +92,8 @@ export async function detokenizeParts(
         json = body.jsonValue();
         scan.json(json);
       } else if (body.isForm) {
-        form = splitForm(bytes.toString('utf8'));
+        // Split and joined whole: bytes that are not UTF-8 would come back as U+FFFD (refused).
+        form = splitForm(body.formText());
         for (const p of form) if (p.value !== undefined) scan.text(p.value);
       } else if (isUtf8(bytes)) {
         // Any other type is taken as text when it is UTF-8; binary bodies pass as they are.

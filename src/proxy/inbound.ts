@@ -208,7 +208,7 @@ export class InboundProxy {
       throw new ServiceError('unsupported_media_type', { detail: 'This proxy reads request bodies: send them without Content-Encoding' });
     }
     const raw = await readBody(ctx.req, this.opts.bodyLimit);
-    const body = new ProxyBody(raw, mediaType(ctx.req), this.opts.maxDepth);
+    const body = new ProxyBody(raw, mediaType(ctx.req), this.opts.maxDepth, { caller: ctx.req.headers['content-type'] });
     const outcome = await this.transforms.runRequest(proxy, body, headers, tctx);
     const bytes = body.serialize();
     if (outcome.query !== undefined) {
@@ -279,7 +279,7 @@ export class InboundProxy {
     }
     const type = head.headers['content-type'];
     const media = (Array.isArray(type) ? type[0] : type)?.split(';')[0]?.trim().toLowerCase() ?? '';
-    const body = new ProxyBody(Buffer.concat(chunks), media, this.opts.maxDepth);
+    const body = new ProxyBody(Buffer.concat(chunks), media, this.opts.maxDepth, 'destination');
     const upstreamHeaders = responseHeaders(head.headers, false) as Record<string, string | string[]>;
     const finalHeaders = await this.transforms.runResponse(proxy, body, upstreamHeaders, tokens, tctx);
     // A HEAD answer and a 204 have no body (RFC 9110 §9.3.2, §15.3.5). A 204 must not announce a

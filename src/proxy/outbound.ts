@@ -82,7 +82,7 @@ export class OutboundProxy {
       throw new ServiceError('unsupported_media_type', { detail: 'The outbound proxy reads request bodies: send them without Content-Encoding' });
     }
     // 2. Detokenize, all or nothing.
-    const body = new ProxyBody(await readBody(ctx.req, this.opts.bodyLimit), mediaType(ctx.req), this.opts.maxDepth);
+    const body = new ProxyBody(await readBody(ctx.req, this.opts.bodyLimit), mediaType(ctx.req), this.opts.maxDepth, { caller: ctx.req.headers['content-type'] });
     const q = full.indexOf('?');
     const path = q === -1 ? full : full.slice(0, q);
     const parts = await detokenizeParts(body, outboundHeaders(ctx.req.headers), q === -1 ? '' : full.slice(q + 1), (ids) =>

@@ -4,7 +4,7 @@
  * prepare their tokens; the proxy commits every prepared token of a request in one write after
  * the last request transform, so a request that fails anywhere creates no token.
  */
-import { ServiceError, type FieldErrors } from '../errors.js';
+import { addFieldError, ServiceError, type FieldErrors } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { ReactorRuntime, TransformArgs } from '../reactors/runtime.js';
 import { parseDefinition, type Definition } from '../vault/definition.js';
@@ -101,6 +101,7 @@ async function collect(fields: readonly CompiledField[], body: ProxyBody, now: n
   const errors: FieldErrors = {};
   const found: Found[] = [];
   let done = () => {};
+  let notUtf8 = false;
   if (body.isEmpty) return { found, done };
   if (body.isJson) {
     const root = body.jsonValue();
@@ -142,9 +143,16 @@ async function collect(fields: readonly CompiledField[], body: ProxyBody, now: n
       const i = seen.get(o.name) ?? 0;
       seen.set(o.name, i + 1);
       for (const field of byName.get(o.name)!) {
+        const label = perName.get(o.name)! > 1 ? `${field.label}[${i}]` : field.label;
+        if (o.notUtf8 !== null) {
+          // Its U+FFFD in place of the bytes sent would be tokenized: the value is refused instead.
+          addFieldError(errors, label, o.notUtf8);
+          notUtf8 = true;
+          continue;
+        }
         // Form values are strings: a card field carries the card number alone.
         const data = field.token.type === 'card' ? { number: o.value } : o.value;
-        const def = definitionFor({ ...field, label: perName.get(o.name)! > 1 ? `${field.label}[${i}]` : field.label }, data, errors, now);
+        const def = definitionFor({ ...field, label }, data, errors, now);
         if (def) found.push({ field, def, replace: (id) => edits.push({ ...o, value: id }) });
       }
     }
@@ -155,7 +163,8 @@ async function collect(fields: readonly CompiledField[], body: ProxyBody, now: n
     });
   }
   if (Object.keys(errors).length > 0) {
-    throw new ServiceError('validation_failed', { detail: 'A field to tokenize has the wrong shape for its token type; nothing was forwarded', errors });
+    const what = notUtf8 ? 'is not UTF-8 text, or has' : 'has';
+    throw new ServiceError('validation_failed', { detail: `A field to tokenize ${what} the wrong shape for its token type; nothing was forwarded`, errors });
   }
   return { found, done };
 }
