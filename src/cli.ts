@@ -384,6 +384,17 @@ const commands: Record<string, Command> = {
       }
     },
   },
+  init: {
+    summary: 'make the configured store a tokenproxy store, or begin a new vault on a lost one',
+    usage: `tokenproxy init [--config PATH]\n\nMakes the configured store a tokenproxy store (its marker and first data key), as a first start\nof the service would. On a store the service reported lost (emptied under it: a Redis restarted\nwithout persistence, a database recreated), begins a new, empty vault there instead: the tokens\nthe store held stay lost, and the service starts on it again. A store that serves already is left\nas it is. A lost store that still holds tokens, audit events or data keys is refused: restore it\nfrom a backup instead.\n\nExit 0: the store is ready; 1: refused, or the store cannot be opened; 2: usage error.\n\n${CONFIG_HELP}`,
+    options: { ...configOption },
+    async run(values, io) {
+      const config = await loadConfig(values, io);
+      if (!config) return EXIT_FAILED;
+      const { initStore } = await import('./commands/init-store.js');
+      return initStore(config, io);
+    },
+  },
   'verify-audit': {
     summary: "verify a tenant's audit trail chain in the configured store",
     usage: `tokenproxy verify-audit --tenant ID [--expect-head SEQ:HASH] [--allow-unanchored] [--config PATH]\n\nChecks that no audit event of the tenant was removed, changed or reordered (each event carries\nthe SHA-256 of the one before it) and that the chain head is the one the service anchored (an\nHMAC under a key derived from the master key, which the store never holds): the master key is\nneeded, as for the service. Reads the store, never creates anything. Prints the head on success.\n\nExit 0: the chain is intact; 1: it is broken (the first bad event's position is printed), the\nstore is missing or cannot be read, or the master key is not the store's; 2: usage error, a tenant\nnot in the config, or a tenant without a chain head in the store.\n\n  -t, --tenant ID            the tenant's id\n      --expect-head SEQ:HASH a head the service logged earlier ("audit chain head"): fails unless the\n                             trail still passes through it (catches a rollback to an older store)\n      --allow-unanchored     accept a head without an anchor, with a warning (a store written before\n                             anchoring that no event was appended to since)\n${CONFIG_HELP}`,

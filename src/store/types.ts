@@ -194,6 +194,8 @@ export interface MarkerPort {
   createMarker(marker: StoreMarker): Promise<StoreMarker>;
   /** Marks the store's marker lost (sets lost_at; writes the marker with it when there is none). */
   markLost(marker: StoreMarker): Promise<void>;
+  /** Removes the marker (`tokenproxy init`, beginning a new vault on an emptied store). */
+  clearMarker(): Promise<void>;
   /** Whether the store holds any token or audit event (data keys aside). */
   holdsRecords(): Promise<boolean>;
   /**

@@ -89,6 +89,15 @@ if (redis) {
     t.equal(migrate.code, 1, 'migrate exits 1');
     t.match(migrate.output, /the store is lost[^\n]*nothing was changed/);
     t.same((await keysUnder(r)).filter((k) => k !== 'meta'), ['{dk}:store'], 'migrate wrote no data key');
+
+    // The operator chooses a new, empty vault there: init, then the service starts on it.
+    const init = await runCli(['init', '--config', path], { TOKENPROXY_MASTER_KEY: svc.masterKey });
+    t.equal(init.code, 0, `init exits 0 (${init.output.trim()})`);
+    t.match(init.output, /a new, empty vault begins on the lost store: store [0-9a-f-]{36}, data key k1/);
+    const again = await startTestService(t, { redis: r, dataDir: dir, masterKey: svc.masterKey });
+    t.equal((await again.call('POST', '/tokenize', { body: { v: 'new vault' } })).status, 200, 'the service serves the new vault');
+    const twice = await runCli(['init', '--config', path], { TOKENPROXY_MASTER_KEY: svc.masterKey });
+    t.match(twice.output, /a tokenproxy store already/, 'a second init leaves it as it is');
   });
 
   t.test('FLUSHALL under a running service: the first write after it runs nothing', async (t) => {
@@ -144,6 +153,11 @@ if (redis) {
     await redisCommand(r, 'DEL', `${r.prefix}{dk}`, `${r.prefix}{dk}:order`, `${r.prefix}{dk}:store`);
     await t.rejects(startTestService(t, { redis: r, dataDir: dir, masterKey: svc.masterKey }), /holds tokens or audit events but neither its marker nor its data keys/);
     t.notOk((await keysUnder(r)).includes('{dk}'), 'no data key was made');
+    const path = writeConfig(dir, { ...baseConfig(), store: { kind: 'redis', url: r.url, key_prefix: r.prefix } });
+    const init = await runCli(['init', '--config', path], { TOKENPROXY_MASTER_KEY: svc.masterKey });
+    t.equal(init.code, 1, 'init refuses a lost store that still holds tokens');
+    t.match(init.output, /which init never removes/);
+    t.notOk((await keysUnder(r)).includes('{dk}'), 'and makes no data key');
   });
 
   t.test('a Redis that comes back from its own backup is served again', async (t) => {

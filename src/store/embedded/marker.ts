@@ -77,6 +77,12 @@ export class EmbeddedMarker implements MarkerPort {
     }));
   }
 
+  async clearMarker(): Promise<void> {
+    this.#c.run(() => retryBusy(() => {
+      if (this.#has(this.#c.db)) this.#c.db.prepare('DELETE FROM store_marker').run();
+    }));
+  }
+
   async holdsRecords(): Promise<boolean> {
     // The tokens' table is `vault_tokens` in format 6, `tokens` before (a file opened for migrate).
     return this.#c.run(() => {

@@ -50,6 +50,10 @@ export class PostgresMarker implements MarkerPort {
       [marker.id, marker.created_at, marker.lost_at ?? new Date().toISOString()]);
   }
 
+  async clearMarker(): Promise<void> {
+    await query(this.pool, 'DELETE FROM tokenproxy.store_marker');
+  }
+
   async holdsRecords(): Promise<boolean> {
     try {
       const r = await query<{ any: boolean }>(this.pool,

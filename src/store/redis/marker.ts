@@ -53,6 +53,10 @@ export class RedisMarker implements MarkerPort {
     await this.#c.eval(MARK_LOST, [this.#c.dk('store')], [marker.id, marker.created_at, marker.lost_at ?? new Date().toISOString()]);
   }
 
+  async clearMarker(): Promise<void> {
+    await this.#c.call(() => this.#c.client.del(this.#c.dk('store'), this.#c.dk('sid')));
+  }
+
   async holdsRecords(): Promise<boolean> {
     // Any key of a tenant but a slot's copy of the marker.
     for await (const found of this.#c.scan('t:*', (k) => !k.endsWith(':sid'))) if (found.length > 0) return true;
