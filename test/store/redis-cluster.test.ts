@@ -12,6 +12,7 @@ import { RedisStore } from '../../src/store/redis/index.js';
 import { createStore } from '../../src/store/factory.js';
 import { StoreFormatError, StoreUnavailableError, type StoredToken } from '../../src/store/types.js';
 import { loadRedisFixture, redisFixtureExpected } from '../helpers/redis-fixture.js';
+import { baseConfig, startTestService, TENANT_B, KEYS } from '../helpers/service.js';
 
 const cluster = await clusterForFile(t);
 if (cluster) {
@@ -204,5 +205,21 @@ if (cluster) {
     t.equal((await store.tokens.insertMany([makeRecord({ tenant_id: tenant, fingerprint: 'fp-1' })], { dedupe: [true] }))[0]?.id, kept[1]!.id, 'dedupe after the move');
     t.equal(Number(await nodes[from]!.cluster('COUNTKEYSINSLOT', slot)), 0, 'nothing of the slot is left on the old master');
     t.ok(Number(await nodes[to]!.cluster('COUNTKEYSINSLOT', slot)) > 20, 'the slot lives on the new master');
+  });
+
+  t.test('a service on the Cluster: every slot a write touches carries the store marker, and a flushed Cluster runs no write', async (t) => {
+    const key_prefix = `${cluster.prefix}identity:`;
+    const svc = await startTestService(t, { config: { ...baseConfig(), store: { kind: 'redis', cluster: { nodes: cluster.nodes }, key_prefix } } });
+    t.equal((await svc.call('POST', '/tokenize', { body: { v: 'a' } })).status, 200);
+    t.equal((await svc.call('POST', '/tokenize', { key: KEYS.tenantB, body: { v: 'b' } })).status, 200, 'a second tenant (another slot)');
+    const nodes = cluster.ports.map((port) => new Redis(port, '127.0.0.1'));
+    t.teardown(() => nodes.forEach((c) => c.disconnect()));
+    const sids = (await Promise.all(nodes.map((c) => c.keys(`${key_prefix}*:sid`)))).flat();
+    t.ok(sids.some((k) => k.includes(encodeURIComponent(TENANT_B))), `the slots' copies of the marker (${sids.length})`);
+    await Promise.all(nodes.map((c) => c.flushall()));
+    const after = await svc.call('POST', '/tokenize', { body: { v: 'c' } });
+    t.equal(after.status, 503, 'the first write after the flush is refused');
+    const keys = (await Promise.all(nodes.map((c) => c.keys(`${key_prefix}*`)))).flat();
+    t.ok(keys.every((k) => k.endsWith('{dk}:store')), `nothing but the tombstone marker is written (${keys.length} key(s))`);
   });
 }
