@@ -73,7 +73,9 @@ export class ReactorHostSync {
 export function startKeyRefresh(ring: KeyRing, seconds: number, log: Logger): () => void {
   if (seconds <= 0) return () => undefined;
   const timer = setInterval(() => {
-    ring.refresh().catch((err: unknown) => log.warn({ error: { type: (err as Error).name } }, 'data key refresh failed; will retry'));
+    // Store and key ring errors never carry values: the message says what failed (a lost store, a
+    // store that does not answer, a data key this master key does not open).
+    ring.refresh().catch((err: unknown) => log.warn({ error: { type: (err as Error).name, message: (err as Error).message } }, 'data key refresh failed; will retry'));
   }, seconds * 1000);
   timer.unref();
   return () => clearInterval(timer);

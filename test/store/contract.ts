@@ -9,6 +9,7 @@ import { StoreUnavailableError, type Store } from '../../src/store/types.js';
 import { AUDIT_TENANT, auditInput, runAuditContract, SIGN } from './audit-contract.js';
 import { runDataKeysContract } from './data-keys-contract.js';
 import { runIdempotencyContract } from './idempotency-contract.js';
+import { runMarkerContract } from './marker-contract.js';
 import { runReactorResultsContract } from './reactor-results-contract.js';
 import { makeRecord, runTokensContract, TENANT_A, TENANT_B } from './tokens-contract.js';
 
@@ -26,6 +27,7 @@ export function runContract(t: Test, makeStore: MakeStore): void {
   runAuditContract(t, makeStore);
   runTokensContract(t, makeStore);
   runDataKeysContract(t, makeStore);
+  runMarkerContract(t, makeStore);
   t.test('ping, and failures after close are StoreUnavailableError', async (t) => {
     const s = await makeStore(t);
     await s.ping();
