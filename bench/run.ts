@@ -14,6 +14,7 @@ const BENCHES: Record<string, { file: string; about: string }> = {
   reactors: { file: 'reactors.ts', about: 'POST /reactors/{id}/react through HTTP vs the same route without a reactor; cold start; 32 concurrent' },
   proxy: { file: 'proxy.ts', about: '/proxy/* pass-through and tokenizing vs direct, nginx and a bare node:http + undici forwarder' },
   outbound: { file: 'outbound.ts', about: '/proxy with SVC-PROXY-URL, 2 expressions detokenized, vs the pass-through proxy and a bare forwarder' },
+  restarts: { file: 'restarts.ts', about: 'SIGTERM restarts under keep-alive load: requests dropped (reset, closed before the answer) vs answered' },
 };
 
 function runOne(name: string, args: string[]): Promise<number> {

@@ -188,7 +188,9 @@ async function start({ config, model }: LoadedModel, notices: StartupNotice[], i
       tryLog(() => log.error({ grace_ms: graceMs, margin_ms: SHUTDOWN_MARGIN_MS }, 'shutdown deadline passed: exiting with work still in flight'));
       exitProcess(log, EXIT_FAILED);
     }, graceMs + SHUTDOWN_MARGIN_MS);
-    running.close().then(
+    // A worker drains once every worker has stopped accepting (cluster.stoppedAccepting).
+    running.stopAccepting();
+    cluster.stoppedAccepting(graceMs).then(() => running.close()).then(
       () => exitProcess(log, EXIT_OK),
       () => exitProcess(log, EXIT_FAILED),
     );

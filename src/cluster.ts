@@ -12,9 +12,10 @@
  *   asynchronous write of more than PIPE_BUF bytes (4096 on Linux) to a pipe is not atomic and can
  *   be split by another process's write, cutting a line in two;
  * - restarts a worker that dies (after a back-off that grows while it keeps dying young), logged;
- * - on SIGTERM/SIGINT asks every worker to stop (each drains as a single process does: see
- *   src/server.ts close) and exits 0 once all have exited (1 if one failed); a second signal kills
- *   the workers and exits 1 at once;
+ * - on SIGTERM/SIGINT asks every worker to stop and exits 0 once all have exited (1 if one
+ *   failed); a second signal kills the workers and exits 1 at once. Each worker first closes its
+ *   listeners and says so; once every worker has, the port is closed and the primary tells them to
+ *   drain (each as a single process does: see src/server.ts close and stoppedAccepting below);
  * - on SIGHUP asks every worker to reload (an IPC message, never a signal to a worker that may be
  *   starting), reloads a worker that became ready after a SIGHUP it may have missed, and keeps the
  *   reload status file that `tokenproxy reload` reads (src/pid-file.ts);
@@ -48,10 +49,19 @@ interface ReloadMessage {
   generation: number;
 }
 
-/** Worker to primary: started (its handlers are in place), or a reload's outcome. */
+/** Primary to a stopping worker: every worker has stopped accepting, drain now. */
+interface DrainMessage {
+  tokenproxy: 'drain';
+}
+
+/**
+ * Worker to primary: started (its handlers are in place), a reload's outcome, or (stopping) its
+ * listeners are closed.
+ */
 type WorkerMessage =
   | { tokenproxy: 'ready'; grace_ms: number }
-  | { tokenproxy: 'reloaded'; generation: number; outcome: ProcessOutcome; grace_ms: number };
+  | { tokenproxy: 'reloaded'; generation: number; outcome: ProcessOutcome; grace_ms: number }
+  | { tokenproxy: 'accepting-stopped'; grace_ms: number };
 
 function isReloadMessage(m: unknown): m is ReloadMessage {
   return typeof m === 'object' && m !== null && (m as ReloadMessage).tokenproxy === 'reload' && Number.isSafeInteger((m as ReloadMessage).generation);
@@ -60,7 +70,11 @@ function isReloadMessage(m: unknown): m is ReloadMessage {
 function isWorkerMessage(m: unknown): m is WorkerMessage {
   if (typeof m !== 'object' || m === null) return false;
   const w = m as WorkerMessage;
-  return (w.tokenproxy === 'ready' || w.tokenproxy === 'reloaded') && typeof w.grace_ms === 'number';
+  return (w.tokenproxy === 'ready' || w.tokenproxy === 'reloaded' || w.tokenproxy === 'accepting-stopped') && typeof w.grace_ms === 'number';
+}
+
+function isDrainMessage(m: unknown): m is DrainMessage {
+  return typeof m === 'object' && m !== null && (m as DrainMessage).tokenproxy === 'drain';
 }
 
 /** In a worker: calls `fn` with the generation of each reload the primary asks for. */
@@ -84,6 +98,39 @@ export function reportReady(graceMs: number): void {
 /** In a worker: the outcome of the reload for `generation`. */
 export function reportReloaded(generation: number, outcome: ProcessOutcome, graceMs: number): void {
   toPrimary({ tokenproxy: 'reloaded', generation, outcome, grace_ms: graceMs });
+}
+
+/** How long a stopping worker waits for the primary's go-ahead to drain at most (a primary that never sends it is broken). */
+const DRAIN_WAIT_MS = 2_000;
+
+/**
+ * In a stopping worker whose listeners are closed (RunningService.stopAccepting): tells the
+ * primary, and resolves once the primary says every worker has, so draining may start (or after
+ * DRAIN_WAIT_MS, or at once without a primary). Why the wait: the primary accepts the
+ * connections of the shared port and hands each to a worker that still listens; once the last
+ * worker stops listening, the connections it accepted but had not handed over yet are reset. A
+ * worker that answered `Connection: close` while another still listened would send its clients
+ * to open new connections right into that window.
+ */
+export function stoppedAccepting(graceMs: number): Promise<void> {
+  if (!cluster.isWorker || !process.connected) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      process.off('message', onMessage);
+      process.off('disconnect', done);
+      resolve();
+    };
+    const onMessage = (m: unknown): void => {
+      if (isDrainMessage(m)) done();
+    };
+    const timer = setTimeout(done, Math.min(graceMs, DRAIN_WAIT_MS));
+    process.on('message', onMessage);
+    process.once('disconnect', done);
+    // Sent after the listeners' own close messages on the same channel: when it arrives, the
+    // primary has taken this worker off the port.
+    toPrimary({ tokenproxy: 'accepting-stopped', grace_ms: graceMs });
+  });
 }
 
 /** Back-off before restarting a worker: doubles from RESTART_MIN_MS for each death in a row of a young worker. */
@@ -252,6 +299,23 @@ export function runPrimary(config: LoadedConfig, notices: readonly StartupNotice
   };
   generation = onSighup(reloadAll);
 
+  // Stopping: each worker closes its listeners first and says so; once all have, the primary no
+  // longer accepts on the port, and they drain (stoppedAccepting).
+  const acceptingStopped = new WeakSet<Worker>();
+  const drainSent = new WeakSet<Worker>();
+  const sendDrain = (w: Worker): void => {
+    if (drainSent.has(w)) return;
+    drainSent.add(w);
+    const message: DrainMessage = { tokenproxy: 'drain' };
+    // A worker gone meanwhile: its exit is handled on its own.
+    w.send(message, () => undefined);
+  };
+  const drainWhenAllStopped = (): void => {
+    const workers = [...slots.values()];
+    if (!workers.every((w) => acceptingStopped.has(w))) return;
+    for (const w of workers) sendDrain(w);
+  };
+
   const exitWhenDone = (): void => {
     if (!stopping || slots.size > 0) return;
     // The workers' last lines are in their pipes: relay them before exiting.
@@ -271,6 +335,14 @@ export function runPrimary(config: LoadedConfig, notices: readonly StartupNotice
     worker.on('message', (m: unknown) => {
       if (!isWorkerMessage(m) || slots.get(slot) !== worker) return;
       graces.set(slot, m.grace_ms);
+      if (m.tokenproxy === 'accepting-stopped') {
+        acceptingStopped.add(worker);
+        // Not stopping (yet): a worker stopped alone, or one that got the process group's signal
+        // before the primary handled its own. The primary's stop will send the go-ahead; a worker
+        // stopped alone drains after its own wait (stoppedAccepting).
+        if (stopping) drainWhenAllStopped();
+        return;
+      }
       if (m.tokenproxy === 'ready') {
         ready.add(worker);
         const at = forkedAt.get(worker) ?? 0;
@@ -306,6 +378,7 @@ export function runPrimary(config: LoadedConfig, notices: readonly StartupNotice
       graces.delete(slot);
       if (stopping) {
         if (code !== 0) failed = true;
+        drainWhenAllStopped();
         exitWhenDone();
         return;
       }
@@ -354,6 +427,8 @@ export function runPrimary(config: LoadedConfig, notices: readonly StartupNotice
         if (err) w.process.kill('SIGTERM');
       });
     }
+    // Workers that closed their listeners before this (they got the signal first) count.
+    drainWhenAllStopped();
     // The hard deadline: not unref'd, and it ends the primary too, even if a killed
     // worker's output pipe is still held open (by a process the worker started).
     setTimeout(() => {

@@ -23,6 +23,7 @@ import type { LoadedConfig } from './config/load.js';
 import { openStoreAndRing } from './crypto/open.js';
 import { StoreGuard } from './store/identity.js';
 import { closeSilentConnections } from './http/connections.js';
+import { DRAIN_IDLE_MS, trackConnections } from './http/drain.js';
 import { Idempotency } from './http/idempotency.js';
 import type { Route } from './http/context.js';
 import { elementsRoutes } from './elements/routes.js';
@@ -64,11 +65,20 @@ export interface RunningService {
   /** Every route of the router serving the current model (the OpenAPI document lists them). */
   readonly routes: readonly Route[];
   /**
-   * Graceful stop: /readyz answers 503 at once, the listener stops accepting, idle keep-alive
-   * connections are closed, requests in flight get `server.shutdown_grace_ms` to finish (then they
-   * are cut; asynchronous reactor runs get the same grace, then are stored as failed), and only then the reactor host, the store and its writer thread are stopped.
+   * Graceful stop: /readyz answers 503 at once, the listeners stop accepting, every answer from
+   * then on says `Connection: close` and ends its connection, a keep-alive connection idle for 1 s
+   * is closed (src/http/drain.ts), requests in flight get `server.shutdown_grace_ms` to finish
+   * (then they are cut; asynchronous reactor runs get the same grace, then are stored as failed),
+   * and only then the reactor host, the store and its writer thread are stopped.
    */
   close(): Promise<void>;
+  /**
+   * The first step of `close` alone: /readyz answers 503 and the listeners stop accepting, while
+   * the connections open are served as before. A cluster's worker takes it, and drains (`close`)
+   * once every worker has (src/cluster.ts): a connection accepted meanwhile by the primary for a
+   * worker that had already closed it would be reset. The grace counts from this call.
+   */
+  stopAccepting(): void;
 }
 
 export interface StartOptions {
@@ -88,6 +98,13 @@ export interface StartOptions {
    * start` never passes it; the default runs this node on the host entry beside the service's code.
    */
   reactorHost?: ReactorHostOptions;
+  /**
+   * For tests only: how long a draining listener lets a keep-alive connection sit idle before it
+   * closes it (src/http/drain.ts, default DRAIN_IDLE_MS). The in-process tests pass 0, so closing
+   * a service whose test client keeps a connection open does not take a second more each time.
+   * `tokenproxy start` never passes it.
+   */
+  drainIdleMs?: number;
 }
 
 const CVC_PURGE_INTERVAL_MS = 60_000;
@@ -153,7 +170,8 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     await reactors.sync(first.reactors);
     const rateLimits = createRateLimitStage(limits, metrics);
     let draining = false;
-    const metricsHttp = metricsEndpoint(config.metrics, adminListener(config), metrics);
+    const drainIdleMs = opts.drainIdleMs ?? DRAIN_IDLE_MS;
+    const metricsHttp = metricsEndpoint(config.metrics, adminListener(config), metrics, drainIdleMs);
     const idempotency = new Idempotency({ store: ports.idempotency, ring, log, ...(opts.purgeEveryMs?.idempotency ? { purgeEveryMs: opts.purgeEveryMs.idempotency } : {}) });
     cleanups.push(() => idempotency.close());
     // asynchronous reactor calls' background runs, their results sealed in the store.
@@ -204,6 +222,8 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       connectionsCheckingInterval: timeoutCheckInterval(config.server.request_timeout_ms, config.server.request_header_timeout_ms),
       keepAliveTimeout: 65_000,
     }, (req, res) => {
+      // Not served: it came behind an answer that closed its connection (a stop is under way).
+      if (!connections.admit(req, res)) return;
       // A request is served by the model current when it arrived, to its end.
       const s = serving;
       s.inFlight++;
@@ -212,13 +232,25 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       });
       s.handle(req, res);
     });
+    const connections = trackConnections(server, drainIdleMs);
     closeSilentConnections(server, config.server.request_header_timeout_ms);
     server.on('upgrade', (req, socket, head) => serving.upgrade(req, socket, head));
     server.on('connect', connectRefuser(log));
+    // When the stop began (stopAccepting): the grace counts from it.
+    let stopAt: number | null = null;
+    const stopAccepting = (): void => {
+      if (stopAt !== null) return;
+      stopAt = Date.now();
+      draining = true;
+      connections.stopAccepting();
+      metricsHttp.stopAccepting();
+    };
     cleanups.unshift(async () => {
-      const grace = live.current.config.server.shutdown_grace_ms;
-      const until = Date.now() + grace;
-      await drainServer(server, grace);
+      stopAccepting();
+      const until = stopAt! + live.current.config.server.shutdown_grace_ms;
+      const grace = Math.max(0, until - Date.now());
+      // The admin listener drains beside the public one, so neither waits for the other.
+      await Promise.all([connections.drain(grace), metricsHttp.close(grace)]);
       // asynchronous reactor runs get what is left of the same grace (the exit deadline
       // counts from the signal), then those still running are stored as failed, before the store
       // and the reactor host close.
@@ -253,7 +285,6 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       server.once('error', rej);
       server.listen(config.server.port, config.server.host, () => res());
     });
-    cleanups.unshift(() => metricsHttp.close());
     const metricsUrl = await metricsHttp.listen();
     const { port, address } = server.address() as AddressInfo;
     const host = address.includes(':') ? `[${address}]` : address;
@@ -266,6 +297,7 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       get routes() {
         return serving.routes;
       },
+      stopAccepting,
       close: async () => {
         draining = true;
         for (const c of cleanups) await c();
@@ -275,24 +307,4 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     for (const c of cleanups) await c();
     throw err;
   }
-}
-
-/** How often a draining server closes the keep-alive connections that have become idle. */
-const DRAIN_POLL_MS = 50;
-
-/**
- * Stops accepting, then closes each keep-alive connection as soon as it is idle (its request
- * answered) until none is left; whatever is still busy after `graceMs` is cut.
- */
-function drainServer(server: Server, graceMs: number): Promise<void> {
-  return new Promise((res) => {
-    const poll = setInterval(() => server.closeIdleConnections(), DRAIN_POLL_MS);
-    const cut = setTimeout(() => server.closeAllConnections(), graceMs);
-    server.close(() => {
-      clearInterval(poll);
-      clearTimeout(cut);
-      res();
-    });
-    server.closeIdleConnections();
-  });
 }

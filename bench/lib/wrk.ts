@@ -67,7 +67,7 @@ function luaTable(h: Record<string, string>): string {
 }
 
 /** The Lua script for one run: the requests formatted once, the summary printed as JSON. */
-function script(opts: LoadOptions): string {
+export function wrkScript(opts: LoadOptions): string {
   const url = new URL(opts.url);
   const base = { path: url.pathname + url.search, method: opts.method ?? 'GET', headers: opts.headers ?? {}, body: opts.body };
   const variants = (opts.variants?.length ? opts.variants : [{}]).map((v) => ({
@@ -98,7 +98,7 @@ end
 `;
 }
 
-interface WrkSummary {
+export interface WrkSummary {
   requests: number;
   duration_us: number;
   bytes: number;
@@ -112,7 +112,7 @@ interface WrkSummary {
   max: number;
 }
 
-function runWrk(bin: string, scriptPath: string, url: string, connections: number, seconds: number, timeoutMs: number): Promise<WrkSummary> {
+export function runWrk(bin: string, scriptPath: string, url: string, connections: number, seconds: number, timeoutMs: number): Promise<WrkSummary> {
   return new Promise((resolve, reject) => {
     const args = ['-t1', `-c${connections}`, `-d${seconds}s`, `--timeout`, `${Math.max(1, Math.ceil(timeoutMs / 1000))}s`, '-s', scriptPath, url];
     const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -153,7 +153,7 @@ export function startWrkRunner(bin: string, version: string): WrkRunner {
       const connections = opts.connections ?? 32;
       const timeoutMs = opts.timeoutMs ?? 10_000;
       const path = join(dir, `run-${++seq}.lua`);
-      writeFileSync(path, script(opts));
+      writeFileSync(path, wrkScript(opts));
       const origin = url.origin;
       let warmupRequests = 0;
       if ((opts.warmupMs ?? 500) > 0) {

@@ -5,13 +5,14 @@
  * admin listener (`server.admin`, or its older spelling `metrics.port`), loopback by default.
  */
 import { timingSafeEqual } from 'node:crypto';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { sha256 } from '../auth/keys.js';
 import type { AdminListener } from '../config/admin.js';
 import type { Config } from '../config/schema.js';
 import { ServiceError } from '../errors.js';
 import type { Route } from '../http/context.js';
+import { trackConnections, type ConnectionDrain } from '../http/drain.js';
 import { sendProblem, sendText } from '../http/respond.js';
 import type { ServiceMetrics } from './registry.js';
 
@@ -22,7 +23,10 @@ export interface MetricsEndpoint {
   routes: Route[];
   /** Starts the admin listener when there is one; resolves with its URL, else null. */
   listen(): Promise<string | null>;
-  close(): Promise<void>;
+  /** Stops the admin listener accepting (src/http/drain.ts). */
+  stopAccepting(): void;
+  /** Drains the admin listener as the public one drains (src/http/drain.ts): a scrape in flight is answered. */
+  close(graceMs: number): Promise<void>;
 }
 
 /**
@@ -44,10 +48,13 @@ function authorizer(token: Config['metrics']['token']): (req: IncomingMessage) =
   };
 }
 
-/** `listener`: the admin listener (src/config/admin.ts) that serves /metrics instead of the public one, or null. */
-export function metricsEndpoint(cfg: Config['metrics'], listener: AdminListener | null, metrics: ServiceMetrics | undefined): MetricsEndpoint {
-  let server: Server | null = null;
-  if (!metrics) return { routes: [], listen: async () => null, close: async () => undefined };
+/**
+ * `listener`: the admin listener (src/config/admin.ts) that serves /metrics instead of the public
+ * one, or null. `drainIdleMs`: as the public listener's (src/http/drain.ts).
+ */
+export function metricsEndpoint(cfg: Config['metrics'], listener: AdminListener | null, metrics: ServiceMetrics | undefined, drainIdleMs?: number): MetricsEndpoint {
+  let connections: ConnectionDrain | null = null;
+  if (!metrics) return { routes: [], listen: async () => null, stopAccepting: () => undefined, close: async () => undefined };
   const authorize = authorizer(cfg.token);
   const serve = async (req: IncomingMessage, res: ServerResponse, headers: Record<string, string>) => {
     authorize(req);
@@ -58,9 +65,10 @@ export function metricsEndpoint(cfg: Config['metrics'], listener: AdminListener 
     async listen() {
       if (!listener) return null;
       const s = createServer((req, res) => {
+        if (connections?.admit(req, res) === false) return;
         void answerSeparate(req, res, serve);
       });
-      server = s;
+      connections = trackConnections(s, drainIdleMs);
       await new Promise<void>((resolve, reject) => {
         s.once('error', reject);
         s.listen(listener.port, listener.host, () => resolve());
@@ -68,13 +76,11 @@ export function metricsEndpoint(cfg: Config['metrics'], listener: AdminListener 
       const { port, address } = s.address() as AddressInfo;
       return `http://${address.includes(':') ? `[${address}]` : address}:${port}`;
     },
-    close() {
-      const s = server;
-      if (!s) return Promise.resolve();
-      return new Promise<void>((resolve) => {
-        s.close(() => resolve());
-        s.closeAllConnections();
-      });
+    stopAccepting() {
+      connections?.stopAccepting();
+    },
+    close(graceMs) {
+      return connections ? connections.drain(graceMs) : Promise.resolve();
     },
   };
 }

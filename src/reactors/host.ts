@@ -140,14 +140,17 @@ if (process.send && isolatedVmLoads()) {
   // a terminal's Ctrl-C, `timeout` or a service manager signals the whole process group,
   // this host with it. The main process stops it (it disconnects, below) once its requests in
   // flight are done; dying on the signal itself cut those calls and read as a crash to restart.
-  // A main process that dies outright disconnects too, so the host never outlives it.
+  // A main process that dies outright (even kill -9) disconnects too: the kernel closes its end
+  // of the IPC channel, so the host never outlives it.
   process.on('SIGINT', () => undefined);
   process.on('SIGTERM', () => undefined);
   process.on('message', onMessage);
-  // The main process is gone (or closed us): nothing left to serve.
-  process.on('disconnect', () => {
-    for (const pool of [...live.values(), ...staged.values()]) pool.close();
-    process.exit(0);
-  });
+  // The main process is gone (or closed us): nothing left to serve, and nothing to keep (the
+  // isolates hold only memory; every call's caller is gone). Ended with SIGKILL rather than
+  // process.exit: exit's teardown disposes the isolates and waits for their threads, measured
+  // 65-210 ms after the disconnect with reactor calls running on a loaded 2-core machine,
+  // against 4-36 ms this way. Nobody waits for this exit code: the main process is gone, or it
+  // is stopping and ignores how its host ends.
+  process.on('disconnect', () => process.kill(process.pid, 'SIGKILL'));
   send({ t: 'ready' });
 }

@@ -94,7 +94,9 @@ export async function startTestService(t: Tap, opts: StartTestOptions = {}): Pro
   const config = buildConfig({ ...raw, store: { ...store, ...((raw.store as object) ?? {}) } }, { env: { TOKENPROXY_MASTER_KEY: masterKey } });
   const lines: string[] = [];
   const log = createLogger('info', { write: (s: string) => void lines.push(s) } as never);
-  const svc = await startService(config, { log, reactorHost: testReactorHost() });
+  // drainIdleMs 0: the test's own keep-alive connections do not hold each close for a second
+  // (the stop under load is tested on the real process: test/server/restart-keepalive.test.ts).
+  const svc = await startService(config, { log, reactorHost: testReactorHost(), drainIdleMs: 0 });
   t.teardown(() => svc.close());
   return {
     svc,

@@ -101,7 +101,16 @@ t.test('SIGTERM: /readyz 503 at once, no new connections, the request in flight 
   await until(() => svc.output().includes('stopping: draining requests in flight'), 'the stopping log line');
   conn.socket.write(`GET /readyz HTTP/1.1\r\nHost: ${host}\r\n\r\n`);
 
-  const refused = await fetch(`${svc.url}/healthz`).then(() => 'answered', (err: Error & { cause?: { code?: string } }) => err.cause?.code ?? err.message);
+  // A new connection (fetch could reuse its keep-alive connection from above, which a request
+  // may still use while the service drains).
+  const refused = await new Promise<string>((resolve) => {
+    const { hostname, port } = new URL(svc.url);
+    const s = connect(Number(port), hostname, () => {
+      s.destroy();
+      resolve('connected');
+    });
+    s.on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
+  });
   t.equal(refused, 'ECONNREFUSED', 'the listener no longer accepts');
   t.equal(svc.child.exitCode, null, 'still running while a request is in flight');
   // Node parses the pipelined /readyz as soon as it arrives and holds its answer until the slow
@@ -117,6 +126,10 @@ t.test('SIGTERM: /readyz 503 at once, no new connections, the request in flight 
   t.match(first, /\{"slow":"done"\}/);
   t.match(second, /^HTTP\/1\.1 503 /, '/readyz behind it answered 503');
   t.match(second, /"code":"shutting_down"/);
+  // Only the last answer on the connection closes it: the one before it keeps the connection
+  // open for the request behind it.
+  t.notMatch(first, /\r\nconnection: close\r\n/i, 'the answer in flight did not close the connection: a request was behind it');
+  t.match(second, /\r\nconnection: close\r\n/i, 'the last answer said Connection: close');
   t.equal(await exited, 0, 'exit code 0');
   t.notMatch(svc.output(), /second signal/);
   noSecretInOutput(t, svc);
