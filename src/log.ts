@@ -4,6 +4,7 @@
  */
 import { pino, type Logger, type DestinationStream } from 'pino';
 import { luhnValid } from './luhn.js';
+import { StoreUnavailableError } from './store/unavailable.js';
 
 export type { Logger };
 
@@ -174,6 +175,24 @@ export function createLogger(level: string, destination: DestinationStream = std
     },
     destination,
   );
+}
+
+/**
+ * An error as a log line carries it, never a value: its type, and
+ *   - a store failure (StoreUnavailableError): its `code` (SQLSTATE, Redis reply prefix, socket
+ *     or SQLite code, `timeout`), its `class` (input | outage | timeout | auth: store/unavailable.ts)
+ *     and its message, which the stores make without values;
+ *   - any other error: its errno-style `code` when it has one; never its message, which can quote
+ *     a value (a driver's, a parser's).
+ * Not the store error's cause: that is the driver's error, whose message and details can.
+ */
+export function errorFields(err: unknown): Record<string, unknown> | undefined {
+  if (!(err instanceof Error)) return undefined;
+  if (err instanceof StoreUnavailableError) {
+    return { type: err.name, ...(err.code !== undefined ? { code: err.code } : {}), class: err.class, message: err.message };
+  }
+  const code = (err as NodeJS.ErrnoException).code;
+  return { type: err.name, ...(code ? { code } : {}) };
 }
 
 /** The fields of the access line: the route pattern, never the raw URL (a query may carry a key). */
