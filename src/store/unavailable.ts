@@ -14,6 +14,7 @@
  * Both are set where the error is made (the store passes the code it read from the driver's error),
  * or else read from the cause's `code`; the log serializer writes them (log.ts errorFields).
  */
+import { DESCRIBES_ITSELF } from '../log.js';
 
 /**
  * - `input`: the request's values were refused (PostgreSQL classes 22, 23, 54); another request
@@ -85,5 +86,10 @@ export class StoreUnavailableError extends Error {
     const code = options?.code !== undefined && CODE.test(options.code) ? options.code : codeOf(options?.cause);
     this.code = code;
     this.class = options?.class ?? classify(code);
+  }
+
+  /** Its message, code and class carry no value: log lines write them (log.ts errorFields). */
+  get [DESCRIBES_ITSELF](): true {
+    return true;
   }
 }

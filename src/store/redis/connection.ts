@@ -52,21 +52,24 @@ function enc(s: string): string {
   return out;
 }
 
-/** Never carries the command's arguments (ioredis attaches them to reply errors); keeps a socket error's code. */
-export function sanitize(err: unknown): Error {
-  const safe: Error & { code?: string } = new Error(err instanceof Error ? err.message.slice(0, 200) : 'unknown error');
-  safe.name = err instanceof Error ? err.name : 'Error';
-  const code = codeOf(err);
-  if (code !== undefined) safe.code = code;
-  return safe;
-}
-
-/** The code of a failed connection: the socket's (ECONNREFUSED, ETIMEDOUT, …), a reply's prefix (NOAUTH during the handshake), or none. */
-function connectionCode(err: unknown): string | undefined {
+/** The code of a Redis failure: the socket's (ECONNREFUSED, ETIMEDOUT, …), an error reply's prefix (READONLY, NOAUTH, …), or none. */
+function redisCode(err: unknown): string | undefined {
   const code = codeOf(err);
   if (code !== undefined) return code;
   if (err instanceof Error && err.name === 'ReplyError') return /^[A-Z]+/.exec(err.message)?.[0];
   return undefined;
+}
+
+/**
+ * Never carries the command's arguments (ioredis attaches them to reply errors); keeps the code
+ * (redisCode), so a StoreUnavailableError made with it as the cause carries it too.
+ */
+export function sanitize(err: unknown): Error {
+  const safe: Error & { code?: string } = new Error(err instanceof Error ? err.message.slice(0, 200) : 'unknown error');
+  safe.name = err instanceof Error ? err.name : 'Error';
+  const code = redisCode(err);
+  if (code !== undefined) safe.code = code;
+  return safe;
 }
 
 /** The connection's state as the client's events report it. */
@@ -119,7 +122,7 @@ export class RedisConnection {
     }
     const link: Link = { down: null };
     client.on('error', (err: unknown) => {
-      const code = connectionCode(err);
+      const code = redisCode(err);
       if (link.down) {
         link.down.code ??= code;
         return; // logged once per outage, not once per reconnect attempt
@@ -135,7 +138,7 @@ export class RedisConnection {
       await client.connect();
     } catch (err) {
       client.disconnect();
-      throw new StoreUnavailableError('cannot connect to the Redis token store', { cause: sanitize(err), code: connectionCode(err) ?? link.down?.code });
+      throw new StoreUnavailableError('cannot connect to the Redis token store', { cause: sanitize(err), code: redisCode(err) ?? link.down?.code });
     }
     return new RedisConnection(client, link, opts.keyPrefix, waitReplicas, waitTimeoutMs, commandTimeout + 250);
   }
