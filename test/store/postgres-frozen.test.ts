@@ -16,6 +16,8 @@ import type { Test } from 'tap';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
+import { createPool, query, transaction } from '../../src/store/postgres/pool.js';
+import { StoreUnavailableError } from '../../src/store/unavailable.js';
 import { postgresForFile, type PostgresServer } from '../helpers/postgres.js';
 import { startTestService, type TestService } from '../helpers/service.js';
 import { randomMarker } from '../helpers/secrets.js';
@@ -153,6 +155,30 @@ if (server) {
     for (const line of lines) t.match(line, { cause: { code: 'timeout', class: 'timeout' } }, 'the line names the code and the class');
     t.notOk(s.logs().includes(secret), 'no value in the log');
     await resumeAndRecover(t, s, pids, id);
+  });
+
+  t.test('a transaction has one deadline, not one a statement; so has a statement, with the wait for a connection', async (t) => {
+    const pool = createPool({ url: (await server.database(t)).url, poolSize: 1, queryTimeoutMs: 1_500 });
+    t.teardown(() => pool.end());
+    // Each statement well within the timeout, the two together past it.
+    const started = performance.now();
+    const err = await transaction(pool, async (c) => {
+      await c.query('SELECT pg_sleep(1)');
+      await c.query('SELECT pg_sleep(1)');
+    }).then(() => null, (e: unknown) => e);
+    const ms = Math.round(performance.now() - started);
+    t.ok(err instanceof StoreUnavailableError, `the transaction fails (${ms} ms)`);
+    t.match(err, { code: 'timeout', class: 'timeout' });
+    t.ok(ms < 1_500 + MARGIN_MS, `at its deadline, not after both statements (${ms} ms)`);
+    t.same((await query(pool, 'SELECT 1 AS one')).rows, [{ one: 1 }], 'the pool serves again (the closed connection replaced)');
+    // The pool's one connection busy for 1 s: a statement that waits for it has the rest of its deadline.
+    const busy = query(pool, 'SELECT pg_sleep(1)');
+    const waited = performance.now();
+    const late = await query(pool, 'SELECT pg_sleep(1)').then(() => null, (e: unknown) => e);
+    const waitedMs = Math.round(performance.now() - waited);
+    await busy;
+    t.match(late, { code: 'timeout', class: 'timeout' }, `a statement that waited 1 s for a connection has 0.5 s left (${waitedMs} ms)`);
+    t.ok(waitedMs < 1_500 + MARGIN_MS, `failed at its deadline (${waitedMs} ms)`);
   });
 
   t.test('killed: the log line names ECONNREFUSED, an outage', async (t) => {
