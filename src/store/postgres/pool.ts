@@ -214,11 +214,18 @@ export async function query<R extends pg.QueryResultRow>(pool: pg.Pool, text: st
  */
 export async function boundedQuery<R extends pg.QueryResultRow>(pool: pg.Pool, config: pg.QueryConfig, deadline: number): Promise<pg.QueryResult<R>> {
   const client = await acquire(pool, deadline);
+  let statement: pg.QueryConfig;
+  try {
+    statement = bounded(config, deadline);
+  } catch (err) {
+    client.release(); // the deadline passed as the connection came: nothing was sent on it
+    throw err;
+  }
   const onError = (): void => {};
   client.on('error', onError);
   let broken: Error | undefined;
   try {
-    return await client.query<R>(bounded(config, deadline));
+    return await client.query<R>(statement);
   } catch (err) {
     if (!isDatabaseError(err)) broken = err instanceof Error ? err : new Error('query failed');
     throw err;
@@ -270,14 +277,17 @@ export async function transaction<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Pr
     client.release();
     return out;
   } catch (err) {
+    // Failed by the server or by the caller's code, not by the connection: it can be rolled back.
+    const own = isDatabaseError(err) || err instanceof DuplicateTokenError || err instanceof TypeError || err instanceof RangeError;
     let broken: Error | undefined = err instanceof Error ? err : new Error('transaction failed');
-    if (!timedOut && (isDatabaseError(err) || err instanceof DuplicateTokenError || err instanceof TypeError || err instanceof RangeError)) {
+    if (own && !timedOut) {
       // Within the same deadline (the timer still runs): a server that stops answering now fails it too.
       broken = await client.query('ROLLBACK').then(() => undefined, (e: unknown) => (e instanceof Error ? e : new Error('rollback failed')));
     }
     clearTimeout(timer);
     client.off('error', onError);
     client.release(broken);
-    throw storeError(timedOut ? deadlineExceeded() : err);
+    // The statement the timer cut off fails as a closed connection: it is the deadline's timeout.
+    throw storeError(timedOut && !own ? deadlineExceeded() : err);
   }
 }
