@@ -176,6 +176,30 @@ export function createLogger(level: string, destination: DestinationStream = std
   );
 }
 
+/**
+ * Set (true) by an error class whose messages, `code` and `class` never carry a value
+ * (StoreUnavailableError, store/unavailable.ts): errorFields writes them.
+ */
+export const DESCRIBES_ITSELF: unique symbol = Symbol('tokenproxy.describesItself');
+
+/**
+ * An error as a log line carries it, never a value: its type, and
+ *   - an error that describes itself (a store failure): its `code` (SQLSTATE, Redis reply prefix,
+ *     socket or SQLite code, `timeout`), its `class` (input | outage | timeout | auth) and its
+ *     message;
+ *   - any other error: its errno-style `code` when it has one; never its message, which can quote
+ *     a value (a driver's, a parser's).
+ * Not the cause: a store error's cause is the driver's error, whose message and details can.
+ */
+export function errorFields(err: unknown): Record<string, unknown> | undefined {
+  if (!(err instanceof Error)) return undefined;
+  const e = err as Error & { code?: unknown; class?: unknown; [DESCRIBES_ITSELF]?: unknown };
+  if (e[DESCRIBES_ITSELF] === true) {
+    return { type: e.name, ...(typeof e.code === 'string' ? { code: e.code } : {}), ...(typeof e.class === 'string' ? { class: e.class } : {}), message: e.message };
+  }
+  return { type: e.name, ...(e.code ? { code: e.code } : {}) };
+}
+
 /** The fields of the access line: the route pattern, never the raw URL (a query may carry a key). */
 export interface AccessFields {
   method: string | undefined;

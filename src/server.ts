@@ -28,7 +28,7 @@ import { Idempotency } from './http/idempotency.js';
 import type { Route } from './http/context.js';
 import { elementsRoutes } from './elements/routes.js';
 import { createPipeline, createUpgradeHandler, type PipelineOptions } from './http/pipeline.js';
-import { createLogger, type Logger } from './log.js';
+import { createLogger, errorFields, type Logger } from './log.js';
 import { compileOrThrow, ModelRef, type Model } from './model/compile.js';
 import { ReactorHostSync, Reloader, startKeyRefresh, type ReactorHostOptions, type ReloadOutcome } from './model/reload.js';
 import { metricsEndpoint } from './metrics/endpoint.js';
@@ -257,9 +257,9 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
       await asyncCalls.close(Math.max(0, until - Date.now()));
     });
     const purge = setInterval(() => {
-      store.tokens.purgeCvc(new Date()).catch(() => log.warn('cvc purge failed; will retry'));
+      store.tokens.purgeCvc(new Date()).catch((err: unknown) => log.warn({ error: errorFields(err) }, 'cvc purge failed; will retry'));
       // expired asynchronous reactor results (Redis expires its own).
-      store.reactorResults.purgeReactorResults(new Date()).catch(() => log.warn('reactor result purge failed; will retry'));
+      store.reactorResults.purgeReactorResults(new Date()).catch((err: unknown) => log.warn({ error: errorFields(err) }, 'reactor result purge failed; will retry'));
     }, opts.purgeEveryMs?.cvc ?? CVC_PURGE_INTERVAL_MS);
     purge.unref();
     cleanups.unshift(() => clearInterval(purge));

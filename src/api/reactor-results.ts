@@ -27,7 +27,7 @@ import type { Route } from '../http/context.js';
 import type { Sealer } from '../http/idempotency.js';
 import { sendJson } from '../http/respond.js';
 import type { RouteSchemas } from '../http/route-schema.js';
-import type { Logger } from '../log.js';
+import { errorFields, type Logger } from '../log.js';
 import type { ReactorRuntime } from '../reactors/runtime.js';
 import type { ReactorResultPort } from '../store/reactor-results.js';
 import type { TokenService } from '../vault/service.js';
@@ -121,7 +121,7 @@ export class AsyncReactorCalls {
       entry.ended = true;
       await write(result).catch((err: unknown) => {
         // The entry stays pending until its deadline, then answers as lost.
-        this.#o.log.error({ reactor: reactor.id, request_id: id, error: { type: err instanceof Error ? err.name : 'unknown' } }, 'storing an asynchronous reactor result failed');
+        this.#o.log.error({ reactor: reactor.id, request_id: id, error: errorFields(err) ?? { type: 'unknown' } }, 'storing an asynchronous reactor result failed');
       });
     })().finally(() => this.#running.delete(id));
     this.#running.set(id, entry);

@@ -32,9 +32,9 @@
  */
 import { hash, randomUUID } from 'node:crypto';
 import { ServiceError } from '../errors.js';
-import type { Logger } from '../log.js';
+import { errorFields, type Logger } from '../log.js';
 import type { IdempotencyPort, IdempotencySlot } from '../store/idempotency.js';
-import { storeErrorName } from '../store/service-errors.js';
+import { storeErrorOf } from '../store/service-errors.js';
 import type { ApiContext, ApiRoute, JsonAnswer } from './context.js';
 import { jsonBytes } from './respond.js';
 
@@ -143,7 +143,7 @@ export class Idempotency {
     this.#o = { inFlightTtlMs: IN_FLIGHT_TTL_MS, answerTtlMs: ANSWER_TTL_MS, purgeEveryMs: PURGE_INTERVAL_MS, ...opts };
     // Expired entries: the embedded store deletes them here; Redis expires its keys itself.
     this.#purge = setInterval(() => {
-      this.#o.store.purgeIdempotencyKeys(new Date()).catch(() => this.#o.log.warn('idempotency purge failed; will retry'));
+      this.#o.store.purgeIdempotencyKeys(new Date()).catch((err: unknown) => this.#o.log.warn({ error: errorFields(storeErrorOf(err)) }, 'idempotency purge failed; will retry'));
     }, this.#o.purgeEveryMs);
     this.#purge.unref();
   }
@@ -225,7 +225,7 @@ export class Idempotency {
     try {
       stored = await this.#o.store.completeIdempotencyKey(slot, claim.owner, this.#seal(entry, aad), this.#o.answerTtlMs);
     } catch (err) {
-      this.#o.log.warn({ error: storeErrorName(err) }, 'idempotent answer not stored');
+      this.#o.log.warn({ error: errorFields(storeErrorOf(err)) }, 'idempotent answer not stored');
     }
     // The work is done and its answer is sent either way; unstored, a retry would run again.
     if (!stored) await this.#release(claim);
@@ -234,9 +234,9 @@ export class Idempotency {
   async #release(claim: Claim): Promise<void> {
     try {
       await this.#o.store.releaseIdempotencyKey(claim.slot, claim.owner);
-    } catch {
+    } catch (err) {
       // The claim expires by itself (IN_FLIGHT_TTL_MS).
-      this.#o.log.warn('idempotency claim not released; it expires by itself');
+      this.#o.log.warn({ error: errorFields(storeErrorOf(err)) }, 'idempotency claim not released; it expires by itself');
     }
   }
 

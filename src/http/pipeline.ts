@@ -11,7 +11,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { randomUUID } from 'node:crypto';
 import { ServiceError } from '../errors.js';
-import { scrubCards, writeAccessLine, type Logger } from '../log.js';
+import { errorFields, scrubCards, writeAccessLine, type Logger } from '../log.js';
 import type { Context, ProxyRoute, RequestScope, Route } from './context.js';
 import { crossOrigin, originRefused, preflightHeaders } from './cors.js';
 import { answerEarly, type LingerOptions } from './linger.js';
@@ -275,11 +275,10 @@ async function upgrade(
   opts.metrics?.request(req.method, route, status, ctx.started);
 }
 
-/** Only the error's class and code: dependency messages may quote values. */
+/** What log.ts errorFields says of the error (type and code; a store failure's class and message too), and where it was thrown: dependency messages may quote values. */
 export function safeError(err: unknown): Record<string, unknown> | undefined {
   if (!(err instanceof Error)) return undefined;
-  const code = (err as NodeJS.ErrnoException).code;
-  return { type: err.name, ...(code ? { code } : {}), stack: err.stack?.split('\n').slice(1, 6).join('\n') };
+  return { ...errorFields(err), stack: err.stack?.split('\n').slice(1, 6).join('\n') };
 }
 
 /** Answers with the problem, after draining a small unread body or with a lingering close (linger.ts). */

@@ -9,7 +9,7 @@
 import { ConfigError, readConfigFile } from '../config/load.js';
 import { applyLive } from '../config/live.js';
 import type { KeyRing } from '../crypto/keyring.js';
-import type { Logger } from '../log.js';
+import { errorFields, type Logger } from '../log.js';
 import type { ReactorMetrics } from '../reactors/metrics.js';
 import { publishedKeyRefusal } from '../production.js';
 import { ReactorRuntime, type ReactorDefinition, type ReactorRuntimeOptions } from '../reactors/runtime.js';
@@ -73,9 +73,7 @@ export class ReactorHostSync {
 export function startKeyRefresh(ring: KeyRing, seconds: number, log: Logger): () => void {
   if (seconds <= 0) return () => undefined;
   const timer = setInterval(() => {
-    // Store and key ring errors never carry values: the message says what failed (a lost store, a
-    // store that does not answer, a data key this master key does not open).
-    ring.refresh().catch((err: unknown) => log.warn({ error: { type: (err as Error).name, message: (err as Error).message } }, 'data key refresh failed; will retry'));
+    ring.refresh().catch((err: unknown) => log.warn({ error: errorFields(err) }, 'data key refresh failed; will retry'));
   }, seconds * 1000);
   timer.unref();
   return () => clearInterval(timer);
@@ -142,7 +140,7 @@ export class Reloader {
     for (const setting of restartNeeded) {
       this.log.warn({ setting }, 'reload: this setting changed in the config file but applies only after a restart; the running value is kept');
     }
-    await this.ring.refresh().catch((err: unknown) => this.log.warn({ error: { type: (err as Error).name } }, 'data key refresh failed on reload'));
+    await this.ring.refresh().catch((err: unknown) => this.log.warn({ error: errorFields(err) }, 'data key refresh failed on reload'));
     const t = model.config.tenants;
     this.log.info(
       { config: running.source, tenants: t.length, proxies: model.proxies.size, reactors: model.reactors.length, restart_needed: restartNeeded },

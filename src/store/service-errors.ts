@@ -4,7 +4,8 @@
  * idempotency stage) are wrapped so that every call that fails with
  *
  *   - StoreUnavailableError (the store failed: connection, I/O, a timeout) → 503 store_unavailable,
- *     the store's error kept as the cause (logged by name, never in the problem body);
+ *     the store's error kept as the cause (logged with its code, class and message by
+ *     log.ts errorFields, never in the problem body);
  *   - InvalidCursorError (a page cursor the store cannot read) → 400 invalid_cursor;
  *
  * and everything else passes as it is: DuplicateTokenError is the vault's to decide (409
@@ -33,11 +34,17 @@ export function toServiceError(err: unknown): unknown {
 }
 
 /**
- * The name of the store's own error behind `err` (a mapped ServiceError's cause), for log lines
- * that name what failed as they did before the mapping moved here (http/idempotency.ts).
+ * The store's own error behind `err` (a mapped ServiceError's cause), for log lines about a store
+ * call that failed behind the mapping (http/idempotency.ts): log.ts errorFields then writes its
+ * code and class.
  */
+export function storeErrorOf(err: unknown): unknown {
+  return err instanceof ServiceError && err.cause !== undefined ? err.cause : err;
+}
+
+/** The name of the store's own error behind `err`. */
 export function storeErrorName(err: unknown): string {
-  const own = err instanceof ServiceError && err.cause !== undefined ? err.cause : err;
+  const own = storeErrorOf(err);
   return own instanceof Error ? own.name : 'unknown';
 }
 

@@ -16,12 +16,19 @@
  * the server fails every batch of the statement (retrying would only add load to a failing
  * database).
  *
+ * Each batch has the deadline of a store call (pool.ts deadlineOf), from the moment it is queued:
+ * a statement carries its batches' earliest deadline (the wait for a connection and the statement
+ * itself are bounded by it), and a batch whose deadline passed while it queued is failed with code
+ * `timeout` without being sent. A batch waits only behind statements whose batches came earlier,
+ * whose deadlines are earlier, so on a database that stops answering every batch fails by its own
+ * deadline, not after the statements ahead of it.
+ *
  * Statements are prepared by name per row count (node-postgres prepares a named statement once per
  * connection), so the server parses and plans each shape once per connection instead of per
  * request; row counts above NAMED_ROWS run unnamed.
  */
 import pg from 'pg';
-import { storeError } from './pool.js';
+import { boundedQuery, deadlineOf, storeError } from './pool.js';
 
 /** Rows one statement carries at most (23 parameters a row; PostgreSQL allows 65,535 a statement). */
 export const MAX_ROWS = 1000;
@@ -30,6 +37,8 @@ const NAMED_ROWS = 128;
 
 interface Pending {
   rows: unknown[][];
+  /** performance.now() time by which its statement must have answered. */
+  deadline: number;
   resolve: () => void;
   reject: (err: unknown) => void;
 }
@@ -58,7 +67,7 @@ export class InsertBatcher {
     if (rows.length === 0) return Promise.resolve();
     if (rows.length > MAX_ROWS) return Promise.reject(new RangeError(`at most ${MAX_ROWS} rows a statement`));
     return new Promise((resolve, reject) => {
-      this.#queue.push({ rows, resolve, reject });
+      this.#queue.push({ rows, deadline: deadlineOf(this.pool), resolve, reject });
       this.#pump();
     });
   }
@@ -67,11 +76,18 @@ export class InsertBatcher {
     while (this.#inFlight < this.maxInFlight && this.#queue.length > 0) {
       const group: Pending[] = [];
       let n = 0;
+      const now = performance.now();
       while (this.#queue.length > 0 && n + this.#queue[0]!.rows.length <= MAX_ROWS) {
         const next = this.#queue.shift()!;
+        // Queued past its deadline (behind statements that hung): failed, never sent.
+        if (next.deadline <= now) {
+          next.reject(storeError(new Error('timeout: the insert waited past its deadline for a statement slot')));
+          continue;
+        }
         group.push(next);
         n += next.rows.length;
       }
+      if (group.length === 0) continue;
       this.#inFlight++;
       void this.#write(group).finally(() => {
         this.#inFlight--;
@@ -82,12 +98,12 @@ export class InsertBatcher {
 
   async #write(group: Pending[]): Promise<void> {
     try {
-      await this.#statement(group.length === 1 ? group[0]!.rows : group.flatMap((g) => g.rows));
+      await this.#statement(group.length === 1 ? group[0]!.rows : group.flatMap((g) => g.rows), Math.min(...group.map((g) => g.deadline)));
       for (const g of group) g.resolve();
     } catch (err) {
       if (group.length > 1 && isRowError(err)) {
         // Nothing of the shared statement was written: each batch on its own, all or nothing.
-        await Promise.all(group.map((g) => this.#statement(g.rows).then(g.resolve, (e: unknown) => g.reject(storeError(e)))));
+        await Promise.all(group.map((g) => this.#statement(g.rows, g.deadline).then(g.resolve, (e: unknown) => g.reject(storeError(e)))));
         return;
       }
       const failed = storeError(err);
@@ -95,10 +111,10 @@ export class InsertBatcher {
     }
   }
 
-  /** One INSERT of these rows; rejects with pg's own error (the caller maps it). */
-  async #statement(rows: unknown[][]): Promise<void> {
+  /** One INSERT of these rows by `deadline`; rejects with pg's own error or a timeout (the caller maps it). */
+  async #statement(rows: unknown[][], deadline: number): Promise<void> {
     const n = rows.length;
     const values = n === 1 ? rows[0]! : rows.flat();
-    await this.pool.query(n <= NAMED_ROWS ? { name: `tokenproxy_insert_tokens_${n}`, text: this.sql(n), values } : { text: this.sql(n), values });
+    await boundedQuery(this.pool, n <= NAMED_ROWS ? { name: `tokenproxy_insert_tokens_${n}`, text: this.sql(n), values } : { text: this.sql(n), values }, deadline);
   }
 }

@@ -22,7 +22,7 @@ import { checkPage, decodeCursor, encodeCursor } from '../codec.js';
 import { DuplicateTokenError, StoreUnavailableError, type InsertOptions, type Page, type PageResult, type StoredToken, type TokenFilter, type TokenPort } from '../types.js';
 import { Names } from './names.js';
 import { InsertBatcher, MAX_ROWS } from './insert-batcher.js';
-import { isUniqueViolation, query, storeError, transaction } from './pool.js';
+import { isUniqueViolation, query, transaction } from './pool.js';
 import {
   decodeDigest, decodeExpression, decodeMetadata, decodeSealed, decodeSearchIndexes, decodeTime, encodeDigest, encodeExpression, encodeMetadata,
   encodeSealed, encodeSearchIndexes, encodeTime, metadataFilter, splitId, splitIds,
@@ -243,11 +243,7 @@ export class PostgresTokens implements TokenPort {
    */
   async #run<R extends pg.QueryResultRow>(on: pg.PoolClient | pg.Pool, name: string, text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
     if (on !== this.pool) return on.query<R>({ name, text, values });
-    try {
-      return await this.pool.query<R>({ name, text, values });
-    } catch (err) {
-      throw storeError(err);
-    }
+    return query<R>(this.pool, { name, text, values });
   }
 
   /**

@@ -2,7 +2,9 @@
  * The Redis store's connection, shared by its four ports: the ioredis client (one
  * node, a Cluster or a Sentinel-managed primary: src/redis/connect.ts), the key names of the layout
  * (index.ts), and every call to Redis, bounded by a deadline, with its failure turned into
- * StoreUnavailableError without the command's arguments (sanitize).
+ * StoreUnavailableError without the command's arguments (sanitize), carrying the code an operator
+ * reads in the log (#mapError): the error reply's prefix (`READONLY`, `OOM`, `NOAUTH`), the
+ * socket's error code while the connection is down (`ECONNREFUSED`), or `timeout`.
  */
 import { createHash } from 'node:crypto';
 import type { ChainableCommander } from 'ioredis';
@@ -11,7 +13,7 @@ import { createRedisClient, type RedisClient, type RedisTopology } from '../../r
 import type { Logger } from '../../log.js';
 import { InvalidCursorError } from '../codec.js';
 import { DuplicateTokenError, StoreUnavailableError } from '../types.js';
-import { StoreLostError } from '../unavailable.js';
+import { classify, codeOf, StoreLostError } from '../unavailable.js';
 
 /** How often a compare-and-set write (audit append, update, delete) retries against a value another instance moved. */
 export const CAS_ATTEMPTS = 100;
@@ -69,11 +71,30 @@ function markerChecked(script: string, id: string): string {
 const SET_SLOT_MARKER = `${SLOT_MARKER}redis.call('SET', tp_sid(KEYS[1]), ARGV[1], 'NX')
 return redis.call('GET', tp_sid(KEYS[1]))`;
 
-/** Never carries the command's arguments (ioredis attaches them to reply errors). */
+/** The code of a Redis failure: the socket's (ECONNREFUSED, ETIMEDOUT, …), an error reply's prefix (READONLY, NOAUTH, …), or none. */
+function redisCode(err: unknown): string | undefined {
+  const code = codeOf(err);
+  if (code !== undefined) return code;
+  if (err instanceof Error && err.name === 'ReplyError') return /^[A-Z]+/.exec(err.message)?.[0];
+  return undefined;
+}
+
+/**
+ * Never carries the command's arguments (ioredis attaches them to reply errors); keeps the code
+ * (redisCode), so a StoreUnavailableError made with it as the cause carries it too.
+ */
 export function sanitize(err: unknown): Error {
-  const safe = new Error(err instanceof Error ? err.message.slice(0, 200) : 'unknown error');
+  const safe: Error & { code?: string } = new Error(err instanceof Error ? err.message.slice(0, 200) : 'unknown error');
   safe.name = err instanceof Error ? err.name : 'Error';
+  const code = redisCode(err);
+  if (code !== undefined) safe.code = code;
   return safe;
+}
+
+/** The connection's state as the client's events report it. */
+interface Link {
+  /** The code of the error that took the connection down (undefined when none was given), until it is ready again. */
+  down: { code: string | undefined } | null;
 }
 
 export class RedisConnection {
@@ -88,9 +109,11 @@ export class RedisConnection {
   /** The store marker every write checks (marker.ts), and how the store as a whole is re-checked. */
   #marker: { id: string; recheck: () => Promise<boolean> } | null = null;
   #disconnectListeners: Array<() => void> = [];
+  readonly #link: Link;
 
-  private constructor(client: RedisClient, prefix: string, waitReplicas: number, waitTimeoutMs: number, deadlineMs: number) {
+  private constructor(client: RedisClient, link: Link, prefix: string, waitReplicas: number, waitTimeoutMs: number, deadlineMs: number) {
     this.client = client;
+    this.#link = link;
     this.prefix = prefix;
     this.#waitReplicas = waitReplicas;
     this.#waitTimeoutMs = waitTimeoutMs;
@@ -119,23 +142,27 @@ export class RedisConnection {
     } catch (err) {
       throw new StoreUnavailableError('cannot configure the Redis token store client', { cause: sanitize(err) });
     }
-    let down = false;
+    const link: Link = { down: null };
     client.on('error', (err: unknown) => {
-      if (down) return;
-      down = true; // once per outage, not once per reconnect attempt
-      opts.log?.warn({ err: sanitize(err) }, 'redis token store connection error');
+      const code = redisCode(err);
+      if (link.down) {
+        link.down.code ??= code;
+        return; // logged once per outage, not once per reconnect attempt
+      }
+      link.down = { code };
+      opts.log?.warn({ err: sanitize(err), code, class: classify(code) }, 'redis token store connection error');
     });
     client.on('ready', () => {
-      if (down) opts.log?.info('redis token store reconnected');
-      down = false;
+      if (link.down) opts.log?.info('redis token store reconnected');
+      link.down = null;
     });
     try {
       await client.connect();
     } catch (err) {
       client.disconnect();
-      throw new StoreUnavailableError('cannot connect to the Redis token store', { cause: sanitize(err) });
+      throw new StoreUnavailableError('cannot connect to the Redis token store', { cause: sanitize(err), code: redisCode(err) ?? link.down?.code });
     }
-    return new RedisConnection(client, opts.keyPrefix, waitReplicas, waitTimeoutMs, commandTimeout + 250);
+    return new RedisConnection(client, link, opts.keyPrefix, waitReplicas, waitTimeoutMs, commandTimeout + 250);
   }
 
   /** From now on every write script checks its slot's copy of the marker `id` first (marker.ts). */
@@ -299,14 +326,24 @@ export class RedisConnection {
     }
   }
 
+  /**
+   * A failed call as StoreUnavailableError with its code: an error reply's prefix (READONLY, OOM,
+   * NOAUTH, …); while the connection is down, the code of the error that took it down
+   * (ECONNREFUSED: a command queued for the reconnect and timed out failed because of it); a
+   * timeout on a connection that is up (the server did not answer in time); else the error's own
+   * code, or `connection_closed`.
+   */
   #mapError(err: unknown): Error {
     if (err instanceof DuplicateTokenError || err instanceof InvalidCursorError || err instanceof StoreUnavailableError) return err;
     const message = err instanceof Error ? err.message : '';
     if (err instanceof Error && err.name === 'ReplyError') {
       const kind = /^[A-Z]+/.exec(message)?.[0] ?? 'ERR';
-      return new StoreUnavailableError(`the Redis token store refused the command (${kind})`, { cause: sanitize(err) });
+      return new StoreUnavailableError(`the Redis token store refused the command (${kind})`, { cause: sanitize(err), code: kind });
     }
-    if (/timed out/i.test(message)) return new StoreUnavailableError('the Redis token store did not answer in time', { cause: sanitize(err) });
-    return new StoreUnavailableError('the Redis token store is unavailable', { cause: sanitize(err) });
+    const down = this.#link.down;
+    if (down?.code !== undefined) return new StoreUnavailableError(`the Redis token store is unavailable (${down.code})`, { cause: sanitize(err), code: down.code });
+    if (/timed out/i.test(message)) return new StoreUnavailableError('the Redis token store did not answer in time', { cause: sanitize(err), code: 'timeout' });
+    const code = codeOf(err) ?? 'connection_closed';
+    return new StoreUnavailableError(`the Redis token store is unavailable (${code})`, { cause: sanitize(err), code });
   }
 }
