@@ -119,7 +119,8 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
   const first = opts.model ?? compileOrThrow(config);
   const metrics = config.metrics.enabled ? new ServiceMetrics() : undefined;
   const { store, ring } = await openStoreAndRing(config, log, undefined, (s) => instrumentStore(s, metrics?.store(config.store.kind)));
-  const cleanups: Array<() => Promise<void> | void> = [() => store.close()];
+  // The ring closes after the store: in HSM mode it holds a session on the HSM until then.
+  const cleanups: Array<() => Promise<void> | void> = [() => store.close(), () => ring.close()];
   try {
     // Every audit append goes through one trail: anchored, its new heads logged. The
     // vault and the detokenizer append to it themselves.
