@@ -17,6 +17,7 @@ import type { ProcessOutcome } from './pid-file.js';
 import { MIGRATE_OPTIONS, MIGRATE_SUMMARY, MIGRATE_USAGE } from './commands/migrate-usage.js';
 import type { ProductionCheck, StartupNotice } from './production.js';
 import { STORE_COPY_USAGE } from './commands/store-copy-usage.js';
+import { HSM_OPTIONS, HSM_USAGE, ROTATE_MASTER_KEY_OPTIONS, ROTATE_MASTER_KEY_USAGE } from './commands/master-key-usage.js';
 
 export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;
@@ -523,6 +524,25 @@ const commands: Record<string, Command> = {
       }
       const { storeCopyCommand } = await import('./commands/store-copy.js');
       return storeCopyCommand(values, { ...io, tty: io === processIo && process.stderr.isTTY === true });
+    },
+  },
+  'rotate-master-key': {
+    summary: 'wrap the data keys and the root secret by a new master key (an HSM key or a key file)',
+    usage: ROTATE_MASTER_KEY_USAGE,
+    options: { ...ROTATE_MASTER_KEY_OPTIONS },
+    async run(values, io) {
+      const { rotateMasterKeyCommand } = await import('./commands/master-key.js');
+      return rotateMasterKeyCommand(values, io);
+    },
+  },
+  hsm: {
+    summary: 'create the master key on a PKCS#11 token (tokenproxy hsm init; SoftHSM2 and development)',
+    usage: HSM_USAGE,
+    options: { ...HSM_OPTIONS },
+    positional: 'subcommand',
+    async run(values, io) {
+      const { hsmCommand } = await import('./commands/master-key.js');
+      return hsmCommand(values, io);
     },
   },
   'gen-master-key': {

@@ -92,7 +92,8 @@ function configuredKeys(config: LoadedConfig): KeyEntry[] {
 
 /** The master-key refusal, if any: generated (no key given), or a key file inside the store's data directory. */
 function masterKeyRefusal(config: LoadedConfig, cwd: string): string | null {
-  if (config.masterKeyFromEnv !== undefined) return null;
+  // An HSM key is never generated nor kept beside the data (start-up fails when it cannot be used).
+  if (config.masterKeyFromEnv !== undefined || config.secrets.master_key !== undefined) return null;
   const embedded = config.store.kind === 'embedded';
   const dataDir = embedded ? dirname(resolveStorePath(config.store, cwd)) : null;
   const file = config.secrets.master_key_file;

@@ -141,7 +141,8 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
     durability: { mode: config.server.mode, setting: config.store.durability },
   });
   if (store.durability) metrics?.storeDurability(store.kind, store.durability);
-  const cleanups: Array<() => Promise<void> | void> = [() => store.close()];
+  // The ring closes after the store: in HSM mode it holds a session on the HSM until then.
+  const cleanups: Array<() => Promise<void> | void> = [() => store.close(), () => ring.close()];
   try {
     // From here every store call first makes sure the store is still the one opened (store/identity.ts).
     const guard = new StoreGuard(store, marker!, log).start();

@@ -6,12 +6,12 @@
  * operator, each configured tenant's unanchored head is anchored once its chain checks (every event
  * links to the next and to the head); a chain that does not check is reported and left as it is.
  */
-import { dirname } from 'node:path';
 import type { LoadedConfig } from '../config/load.js';
 import { anchorSigner, type AuditAnchorSigner } from '../crypto/audit-anchor.js';
-import { masterKeyId } from '../crypto/keyring.js';
-import { loadMasterKey } from '../crypto/master-key.js';
-import { createStore, resolveStorePath } from '../store/factory.js';
+import type { KeyEncryptionKey } from '../crypto/kek.js';
+import { missingUnder, vaultRoot } from '../crypto/keyring.js';
+import { openMasterKey } from '../crypto/open.js';
+import { createStore } from '../store/factory.js';
 import type { Store } from '../store/types.js';
 import { checkStoredChain } from './trail.js';
 
@@ -48,29 +48,27 @@ export async function anchorStep(config: LoadedConfig, io: { out(s: string): voi
     io.err(`tokenproxy migrate: ${msg}\n`);
     return 1;
   };
-  let master: Buffer;
+  let kek: KeyEncryptionKey;
   try {
     // The conversion step before this one read the same key and reported its warnings.
-    master = loadMasterKey({
-      fromEnv: config.masterKeyFromEnv, file: config.secrets.master_key_file, storeKind: config.store.kind,
-      dataDir: dirname(resolveStorePath(config.store)), warn: () => {}, createDevKey: false,
-    });
+    kek = openMasterKey(config, () => {}, { createDevKey: false });
   } catch (err) {
     return fail(`${(err as Error).message}; the audit chain heads cannot be anchored without the service's master key`);
   }
-  const sign = anchorSigner(master);
-  const id = masterKeyId(master);
-  master.fill(0);
   let store: Store;
   try {
     store = await createStore(config.store, { mustExist: true });
   } catch (err) {
+    kek.close();
     return fail(`cannot open the store to anchor its audit chain heads: ${(err as Error).message}`);
   }
   try {
     // An anchor under another key than the store's would refuse every later append.
     const keys = await store.dataKeys.listDataKeys();
-    if (!keys.every((k) => k.wrapped.split('.')[1] === id)) return fail(`the master key (id ${id}) is not the one this store's data keys were wrapped with; no audit chain head was anchored`);
+    if (missingUnder(keys, kek.id, kek.kind === 'raw')) return fail(`the master key (id ${kek.id}) is not the one this store's data keys were wrapped with; no audit chain head was anchored`);
+    const root = await vaultRoot(kek, store.dataKeys, { create: false, entries: keys });
+    const sign = anchorSigner(root);
+    root.fill(0);
     const r = await anchorUnanchoredHeads(store, config.tenants.map((t) => t.id), sign);
     if (r.anchored.length > 0) {
       io.out(`anchored the audit chain head of ${r.anchored.length} tenant(s) written before anchoring (${r.anchored.join(', ')}); tokenproxy verify-audit checks them\n`);
@@ -82,6 +80,7 @@ export async function anchorStep(config: LoadedConfig, io: { out(s: string): voi
   } catch (err) {
     return fail(`anchoring the audit chain heads failed: ${(err as Error).message}; run tokenproxy migrate again`);
   } finally {
+    kek.close();
     await store.close();
   }
 }

@@ -5,15 +5,14 @@
  * passes through a head the operator kept. It reads: a store, a tenant or a head that is missing
  * is reported, never created.
  */
-import { dirname } from 'node:path';
 import { anchorSigner, formatHead } from '../crypto/audit-anchor.js';
 import type { LoadedConfig } from '../config/load.js';
-import { masterKeyId } from '../crypto/keyring.js';
-import { loadMasterKey, masterKeyMismatchHint } from '../crypto/master-key.js';
-import { storeSetting } from '../crypto/open.js';
+import type { KeyEncryptionKey } from '../crypto/kek.js';
+import { groupEntries, missingUnder, vaultRoot } from '../crypto/keyring.js';
+import { masterKeyHint, openMasterKey } from '../crypto/open.js';
 import { AuditTrail } from './trail.js';
 import type { AuditHead } from '../store/audit.js';
-import { assertStoreExists, createStore, resolveStorePath } from '../store/factory.js';
+import { assertStoreExists, createStore } from '../store/factory.js';
 import type { Store } from '../store/types.js';
 
 export interface VerifyAuditRequest {
@@ -40,32 +39,30 @@ export async function verifyTenantAudit(config: LoadedConfig, req: VerifyAuditRe
   } catch (err) {
     return fail((err as Error).message);
   }
-  let master: Buffer;
+  let kek: KeyEncryptionKey;
   try {
-    master = loadMasterKey({
-      fromEnv: config.masterKeyFromEnv, file: config.secrets.master_key_file, storeKind: config.store.kind,
-      dataDir: dirname(resolveStorePath(config.store)), warn: (msg) => io.err(`tokenproxy verify-audit: ${msg}\n`), createDevKey: false,
-    });
+    kek = openMasterKey(config, (msg) => io.err(`tokenproxy verify-audit: ${msg}\n`), { createDevKey: false });
   } catch (err) {
     return fail(`${(err as Error).message}; the anchor of the trail cannot be checked without the service's master key`);
   }
-  const sign = anchorSigner(master);
-  const masterId = masterKeyId(master);
-  master.fill(0);
   let store: Store;
   try {
     store = await createStore(config.store, { mustExist: true });
   } catch (err) {
+    kek.close();
     return fail(`cannot open the store: ${(err as Error).message}`);
   }
   try {
     const keys = await store.dataKeys.listDataKeys();
-    if (keys.length === 0) return fail(`the ${config.store.kind} store holds no data keys: no tokenproxy service has used it (check the store section of the config)`);
-    // Data keys are wrapped as w1.<master key id>.…: a wrong master key would fail every anchor, say so plainly.
-    if (!keys.every((k) => k.wrapped.split('.')[1] === masterId)) {
-      const source = { fromEnv: config.masterKeyFromEnv, file: config.secrets.master_key_file, dataDir: dirname(resolveStorePath(config.store)) };
-      return fail(`the master key (id ${masterId}) is not the one this store's data keys were wrapped with. ${masterKeyMismatchHint(source, storeSetting(config))}`);
+    if (groupEntries(keys).keys.size === 0) return fail(`the ${config.store.kind} store holds no data keys: no tokenproxy service has used it (check the store section of the config)`);
+    // Each data key must be wrapped by this master key: a wrong one would fail every anchor, say so plainly.
+    if (missingUnder(keys, kek.id, kek.kind === 'raw')) {
+      return fail(`the master key (id ${kek.id}) is not the one this store's data keys were wrapped with. ${masterKeyHint(config)}`);
     }
+    // The anchors are under the root secret: the raw key itself, or the one the HSM key unwraps.
+    const root = await vaultRoot(kek, store.dataKeys, { create: false, entries: keys });
+    const sign = anchorSigner(root);
+    root.fill(0);
     const head = await store.audit.auditHead(tenantId);
     if (head === null && (await store.audit.auditRange(tenantId, null, 1)).items.length === 0) {
       return fail(`tenant ${tenantId} has no audit chain head in the store: no event was ever written for it (or its whole trail was removed)`, 2);
@@ -84,6 +81,7 @@ export async function verifyTenantAudit(config: LoadedConfig, req: VerifyAuditRe
   } catch (err) {
     return fail((err as Error).message);
   } finally {
+    kek.close();
     await store.close();
   }
 }

@@ -12,8 +12,8 @@
  * a reveal window, listed. The report prints each listed id with every character beyond the budget
  * as `*`, so the report itself stays within the budget.
  */
-import { dirname } from 'node:path';
 import type { LoadedConfig } from '../config/load.js';
+import type { KeyEncryptionKey } from '../crypto/kek.js';
 import type { KeyRing } from '../crypto/keyring.js';
 import type { Store, StoredToken } from '../store/types.js';
 import { storedType } from '../vault/token-types.js';
@@ -136,20 +136,17 @@ export async function checkAliases(config: LoadedConfig, io: Io, label = 'check-
     io.err(`tokenproxy ${label}: ${msg}\n`);
     return 1;
   };
-  const [{ KeyRing }, { loadMasterKey }, { assertStoreExists, createStore, resolveStorePath }] = await Promise.all([
-    import('../crypto/keyring.js'), import('../crypto/master-key.js'), import('../store/factory.js'),
+  const [{ KeyRing }, { openMasterKey }, { assertStoreExists, createStore }] = await Promise.all([
+    import('../crypto/keyring.js'), import('../crypto/open.js'), import('../store/factory.js'),
   ]);
   try {
     assertStoreExists(config.store);
   } catch (err) {
     return fail((err as Error).message);
   }
-  let master: Buffer;
+  let master: KeyEncryptionKey;
   try {
-    master = loadMasterKey({
-      fromEnv: config.masterKeyFromEnv, file: config.secrets.master_key_file, storeKind: config.store.kind,
-      dataDir: dirname(resolveStorePath(config.store)), warn: (msg) => io.err(`tokenproxy ${label}: ${msg}\n`), createDevKey: false,
-    });
+    master = openMasterKey(config, (msg) => io.err(`tokenproxy ${label}: ${msg}\n`), { createDevKey: false });
   } catch (err) {
     return fail(`${(err as Error).message}; ids are measured against their values, which needs the service's master key`);
   }
@@ -157,7 +154,7 @@ export async function checkAliases(config: LoadedConfig, io: Io, label = 'check-
   try {
     store = await createStore(config.store, { mustExist: true });
   } catch (err) {
-    master.fill(0);
+    master.close();
     return fail(`cannot open the store: ${(err as Error).message}`);
   }
   try {
@@ -168,7 +165,7 @@ export async function checkAliases(config: LoadedConfig, io: Io, label = 'check-
   } catch (err) {
     return fail(`reading the tokens failed: ${(err as Error).message}`);
   } finally {
-    master.fill(0);
+    master.close();
     await store.close();
   }
 }

@@ -10,8 +10,8 @@
  *
  * Exit codes as every command (src/cli.ts): 0 done or nothing to do; 1 failed; 2 usage error.
  */
-import { dirname } from 'node:path';
 import { ConfigError, type LoadedConfig } from '../config/load.js';
+import type { KeyEncryptionKey } from '../crypto/kek.js';
 import type { KeyRing } from '../crypto/keyring.js';
 import { loadModel } from '../model/compile.js';
 import type { FormatMigrator, Store } from '../store/types.js';
@@ -62,7 +62,7 @@ function progress(io: MigrateIo, pending: number): { update(done: number): void;
 }
 
 /** Decrypts up to SAMPLE_PER_TENANT tokens of each configured tenant; the count decrypted, or the first failure. */
-async function decryptSample(store: Store, ring: KeyRing, config: LoadedConfig): Promise<{ ok: true; count: number } | { ok: false; reason: string }> {
+export async function decryptSample(store: Store, ring: KeyRing, config: LoadedConfig): Promise<{ ok: true; count: number } | { ok: false; reason: string }> {
   let count = 0;
   for (const tenant of config.tenants) {
     const page = await store.tokens.list(tenant.id, {}, { size: SAMPLE_PER_TENANT, after: null });
@@ -85,18 +85,17 @@ async function migrate(config: LoadedConfig, opts: { dryRun: boolean; batch: num
     return EXIT_FAILED;
   };
   // Loaded here, as cli.ts loads the other tools' modules: `tokenproxy start` needs none of them.
-  const [{ masterKeyId }, { loadMasterKey, masterKeyMismatchHint }, { storeSetting }, { assertStoreExists, createStore, resolveStorePath }] = await Promise.all([
-    import('../crypto/keyring.js'), import('../crypto/master-key.js'), import('../crypto/open.js'), import('../store/factory.js'),
+  const [{ missingUnder }, { masterKeyHint, openMasterKey }, { assertStoreExists, createStore }] = await Promise.all([
+    import('../crypto/keyring.js'), import('../crypto/open.js'), import('../store/factory.js'),
   ]);
   try {
     assertStoreExists(config.store);
   } catch (err) {
     return fail((err as Error).message);
   }
-  const source = { fromEnv: config.masterKeyFromEnv, file: config.secrets.master_key_file, dataDir: dirname(resolveStorePath(config.store)) };
-  let master: Buffer;
+  let master: KeyEncryptionKey;
   try {
-    master = loadMasterKey({ ...source, storeKind: config.store.kind, warn: (msg) => io.err(`tokenproxy migrate: ${msg}\n`), createDevKey: false });
+    master = openMasterKey(config, (msg) => io.err(`tokenproxy migrate: ${msg}\n`), { createDevKey: false });
   } catch (err) {
     return fail(`${(err as Error).message}; the converted tokens cannot be checked without the service's master key`);
   }
@@ -125,9 +124,8 @@ async function migrate(config: LoadedConfig, opts: { dryRun: boolean; batch: num
       }
       // A wrong master key would pass the conversion (nothing is decrypted) and fail every read after it.
       const keys = await store.dataKeys.listDataKeys();
-      const id = masterKeyId(master);
-      if (!keys.every((k) => k.wrapped.split('.')[1] === id)) {
-        return fail(`the master key (id ${id}) is not the one this store's data keys were wrapped with; nothing was changed. ${masterKeyMismatchHint(source, storeSetting(config))}`);
+      if (missingUnder(keys, master.id, master.kind === 'raw')) {
+        return fail(`the master key (id ${master.id}) is not the one this store's data keys were wrapped with; nothing was changed. ${masterKeyHint(config)}`);
       }
       const what = `${n(before.pending)} of ${n(before.total)} token(s) of the ${config.store.kind} store from format ${before.from} to format ${before.to}`;
       if (opts.dryRun) {
@@ -152,12 +150,12 @@ async function migrate(config: LoadedConfig, opts: { dryRun: boolean; batch: num
     }
     return await verify(config, master, before.total, io, fail);
   } finally {
-    master.fill(0);
+    master.close();
   }
 }
 
 /** Opens the store as the service does: the format it reads, the count as before, a sample that decrypts. */
-async function verify(config: LoadedConfig, master: Buffer, expected: number, io: MigrateIo, fail: (msg: string) => number): Promise<number> {
+async function verify(config: LoadedConfig, master: KeyEncryptionKey, expected: number, io: MigrateIo, fail: (msg: string) => number): Promise<number> {
   const [{ KeyRing }, { createStore }] = await Promise.all([import('../crypto/keyring.js'), import('../store/factory.js')]);
   let store: Store;
   try {

@@ -8,13 +8,12 @@
  * store unreachable, the target another vault's, a check that did not pass; re-running goes on
  * where it stood); 2 usage error.
  */
-import { dirname } from 'node:path';
 import { loadModel } from '../model/compile.js';
 import { ConfigError, type LoadedConfig } from '../config/load.js';
 import { anchorSigner, formatHead } from '../crypto/audit-anchor.js';
-import { KeyRing, masterKeyId } from '../crypto/keyring.js';
-import { loadMasterKey, masterKeyMismatchHint } from '../crypto/master-key.js';
-import { storeSetting } from '../crypto/open.js';
+import type { KeyEncryptionKey } from '../crypto/kek.js';
+import { groupEntries, KeyRing, vaultRoot } from '../crypto/keyring.js';
+import { masterKeyHint, openMasterKey, storeSetting } from '../crypto/open.js';
 import { createLogger } from '../log.js';
 import { copyStore, CopyRefusedError, type CopyProgress } from '../store/copy.js';
 import { createStore, resolveStorePath } from '../store/factory.js';
@@ -54,12 +53,9 @@ function storeIdentity(c: LoadedConfig): string {
   return `${s.kind}:${s.url ?? ''}:${s.kind === 'redis' ? s.key_prefix : ''}`;
 }
 
-function masterKeyOf(c: LoadedConfig, which: string, io: CopyIo): Buffer | null {
+function masterKeyOf(c: LoadedConfig, which: string, io: CopyIo): KeyEncryptionKey | null {
   try {
-    return loadMasterKey({
-      fromEnv: c.masterKeyFromEnv, file: c.secrets.master_key_file, storeKind: c.store.kind, dataDir: dirname(resolveStorePath(c.store)),
-      warn: (msg) => io.err(`tokenproxy store copy: ${which}: ${msg}\n`), createDevKey: false,
-    });
+    return openMasterKey(c, (msg) => io.err(`tokenproxy store copy: ${which}: ${msg}\n`), { createDevKey: false });
   } catch (err) {
     io.err(`tokenproxy store copy: ${which}: ${(err as Error).message}\n`);
     return null;
@@ -114,17 +110,17 @@ export async function storeCopyCommand(values: Values, io: CopyIo): Promise<numb
   if (!fromKey) return FAILED;
   const toKey = masterKeyOf(to, '--to', io);
   if (!toKey) {
-    fromKey.fill(0);
+    fromKey.close();
     return FAILED;
   }
-  const ids = [masterKeyId(fromKey), masterKeyId(toKey)];
-  toKey.fill(0);
+  const ids = [fromKey.id, toKey.id];
+  toKey.close();
   if (ids[0] !== ids[1]) {
-    fromKey.fill(0);
+    fromKey.close();
     io.err(`tokenproxy store copy: the master keys of --from (id ${ids[0]}) and --to (id ${ids[1]}) differ: the target's service could not unwrap the copied data keys; give both the same key\n`);
     return FAILED;
   }
-  const sign = anchorSigner(fromKey);
+  let sign: ReturnType<typeof anchorSigner> | null = null;
   const log = createLogger('silent');
   let source: Store | null = null;
   let target: Store | null = null;
@@ -132,11 +128,14 @@ export async function storeCopyCommand(values: Values, io: CopyIo): Promise<numb
     try {
       source = await createStore(from.store, { mustExist: true, log });
       // The master key is the source's: its data keys unwrap (KeyRing.open adds none to a store that holds some).
-      if ((await source.dataKeys.listDataKeys()).length > 0) await KeyRing.open(fromKey, source.dataKeys);
+      const entries = await source.dataKeys.listDataKeys();
+      if (groupEntries(entries).keys.size > 0) await KeyRing.open(fromKey, source.dataKeys);
+      // The anchors are under the source's root secret (the raw key, or the one its HSM key unwraps).
+      const root = await vaultRoot(fromKey, source.dataKeys, { create: false, entries });
+      sign = anchorSigner(root);
+      root.fill(0);
     } catch (err) {
-      const hint = (err as Error).name === 'MasterKeyMismatchError'
-        ? ` ${masterKeyMismatchHint({ fromEnv: from.masterKeyFromEnv, file: from.secrets.master_key_file, dataDir: dirname(resolveStorePath(from.store)) }, storeSetting(from))}`
-        : '';
+      const hint = (err as Error).name === 'MasterKeyMismatchError' ? ` ${masterKeyHint(from)}` : '';
       io.err(`tokenproxy store copy: the source store (${storeSetting(from)} of ${fromPath}): ${(err as Error).message}${hint}\n`);
       return FAILED;
     }
@@ -147,7 +146,7 @@ export async function storeCopyCommand(values: Values, io: CopyIo): Promise<numb
       return FAILED;
     }
     const progress = progressWriter(io);
-    const report = await copyStore(source, target, { tenants, batch, sign, progress });
+    const report = await copyStore(source, target, { tenants, batch, sign: sign!, progress });
     if (io.tty) io.err('\n');
     io.out(`data keys: ${report.dataKeys.total} (${report.dataKeys.written} written now)\n`);
     for (const t of report.tenants) {
@@ -165,7 +164,7 @@ export async function storeCopyCommand(values: Values, io: CopyIo): Promise<numb
     io.err(`tokenproxy store copy: ${refused ? '' : 'failed: '}${(err as Error).message}${refused ? '' : ' (run the command again: it goes on where it stopped)'}\n`);
     return FAILED;
   } finally {
-    fromKey.fill(0);
+    fromKey.close();
     await source?.close();
     await target?.close();
   }

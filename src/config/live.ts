@@ -19,8 +19,8 @@ export const LIVE_SETTINGS = [
   'server.shutdown_grace_ms',
 ] as const;
 
-/** Not settings of the file: where it was read and the environment's master key. */
-const NOT_SETTINGS = new Set(['source', 'masterKeyFromEnv']);
+/** Not settings of the file: where it was read, the environment's master key and HSM PIN. */
+const NOT_SETTINGS = new Set(['source', 'masterKeyFromEnv', 'masterKeyPinFromEnv']);
 
 function same(a: unknown, b: unknown): boolean {
   return JSON.stringify(a) === JSON.stringify(b);

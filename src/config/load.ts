@@ -35,6 +35,8 @@ export interface LoadedConfig extends Config {
   readonly source: string | null;
   /** TOKENPROXY_MASTER_KEY, when set (base64 of 32 bytes). */
   readonly masterKeyFromEnv: string | undefined;
+  /** The HSM PIN from the variable secrets.master_key.pin_env names, when that is set. */
+  readonly masterKeyPinFromEnv: string | undefined;
 }
 
 export interface LoadOptions {
@@ -141,9 +143,28 @@ export function readConfig(raw: unknown, opts: ReadOptions = {}): ReadConfig {
 
   const source = opts.source ?? null;
   const baseDir = opts.baseDir ?? (source ? dirname(source) : process.cwd());
-  const problems = [...checkReferences(cfg), ...resolveCode(cfg, baseDir)];
-  const loaded: LoadedConfig = { ...cfg, source, masterKeyFromEnv: env.TOKENPROXY_MASTER_KEY };
+  const problems = [...checkReferences(cfg), ...masterKeyProblems(cfg, env.TOKENPROXY_MASTER_KEY !== undefined), ...resolveCode(cfg, baseDir)];
+  const pinEnv = cfg.secrets.master_key?.pin_env;
+  const loaded: LoadedConfig = {
+    ...cfg, source, masterKeyFromEnv: env.TOKENPROXY_MASTER_KEY, masterKeyPinFromEnv: pinEnv === undefined ? undefined : env[pinEnv],
+  };
   return { config: deepFreeze(loaded), problems };
+}
+
+/**
+ * The HSM master key: one PIN source, and no second master key beside it (a key file, or
+ * TOKENPROXY_MASTER_KEY, which would otherwise win silently as it wins over the key file).
+ */
+function masterKeyProblems(cfg: Config, envKeySet: boolean): string[] {
+  const hsm = cfg.secrets.master_key;
+  if (!hsm) return [];
+  const problems: string[] = [];
+  if ((hsm.pin_file === undefined) === (hsm.pin_env === undefined)) {
+    problems.push('secrets.master_key: give the PIN in exactly one of pin_file and pin_env (never in this file)');
+  }
+  if (cfg.secrets.master_key_file !== undefined) problems.push('secrets.master_key_file: not with secrets.master_key (one master key: remove one of them)');
+  if (envKeySet) problems.push('TOKENPROXY_MASTER_KEY: set while secrets.master_key names an HSM key (one master key: unset the variable)');
+  return problems;
 }
 
 /** Cross-field rules the schema cannot say alone. */

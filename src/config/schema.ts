@@ -296,6 +296,21 @@ export const configSchema = z.strictObject({
   secrets: z
     .strictObject({
       master_key_file: z.string().optional(),
+      /**
+       * The master key as a key-encrypting key in an HSM (src/crypto/pkcs11.ts). The PIN comes from
+       * a file or an environment variable, never from this file.
+       */
+      master_key: z
+        .strictObject({
+          kind: z.literal('pkcs11'),
+          module: z.string().min(1),
+          token_label: z.string().min(1).max(32),
+          key_label: z.string().min(1),
+          pin_file: z.string().min(1).optional(),
+          pin_env: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'the name of an environment variable').optional(),
+          mechanism: z.enum(['auto', 'aes_key_wrap_pad', 'aes_key_wrap', 'aes_gcm']).default('auto'),
+        })
+        .optional(),
     })
     .prefault({}),
   log: z

@@ -2,14 +2,23 @@
  * The key ring: envelope encryption and keyed digests.
  *
  * - Data keys (32 random bytes) seal values with AES-256-GCM. Each is stored in the token store
- *   wrapped by a key derived from the master key, so the store never holds a usable key.
+ *   wrapped by the master key (crypto/kek.ts: a raw key, or an AES key in an HSM), so the store
+ *   never holds a usable key.
  * - Sealed values are `v1.<kid>.<iv>.<ciphertext+tag>` (base64url). The header and the caller's
  *   AAD (the vault passes `tenantId:tokenId`) are authenticated, so a ciphertext cannot be moved
  *   to another token, tenant or key id. IVs are random 96-bit values: rotate well before 2^32
  *   seals per data key (NIST SP 800-38D §8.3).
  * - Fingerprints and search-index hashes are HMAC-SHA256 under per-tenant keys derived from the
- *   master key with HKDF (RFC 5869), one `info` per purpose and tenant. They do not depend on the
+ *   root secret with HKDF (RFC 5869), one `info` per purpose and tenant. They do not depend on the
  *   data keys, so rotation never changes them.
+ * - The root secret is the raw master key's 32 bytes (every store made with TOKENPROXY_MASTER_KEY,
+ *   a key file or the development key), or 32 random bytes wrapped by the master key and kept in
+ *   the ring under the reserved kid `root` (a store made with an HSM key). Moving a store to
+ *   another master key wraps the same root secret anew, so fingerprints, search indexes, cursors
+ *   and audit anchors stay as they were.
+ * - Ring entries are append-only (the store keeps the first write of a kid): a data key wrapped
+ *   anew under another master key (`tokenproxy rotate-master-key`) is a second entry `<kid>@<key
+ *   id>`. A ring takes, for each kid, the entry its master key wrapped.
  * - Page cursors are sealed (AES-256-GCM) under per-tenant keys derived the same way, with the
  *   query they page authenticated: opaque to clients, and a forged cursor, another
  *   tenant's or another query's does not open.
@@ -18,10 +27,12 @@ import { createCipheriv, createDecipheriv, createHmac, createSecretKey, hkdfSync
 import { anchorSigner, type AuditAnchorSigner } from '../crypto/audit-anchor.js';
 import type { DataKeyPort, WrappedDataKey } from '../store/types.js';
 import { MasterKeyMismatchError, SealedValueError, UnknownKeyError } from './errors.js';
+import { RawKek, rawKeyId, wrappedBy, type KeyEncryptionKey } from './kek.js';
 
 const SEAL_VERSION = 'v1';
-const WRAP_VERSION = 'w1';
 const KEY_BYTES = 32;
+/** The ring entry holding the wrapped root secret (HSM mode); never a data key's kid (k1, k2, …). */
+export const ROOT_KID = 'root';
 const IV_BYTES = 12;
 const TAG_BYTES = 16;
 const HKDF_SALT = Buffer.from('tokenproxy/v1', 'utf8');
@@ -35,9 +46,85 @@ const CURSOR_VERSION = 'c1';
 /** `c1.<iv>.<ciphertext+tag>`: the store's cursor is a few bytes, so this bounds what is tried. */
 const SEALED_CURSOR = /^c1\.([A-Za-z0-9_-]{16})\.([A-Za-z0-9_-]{22,200})$/;
 
-/** A short public identifier of a master key (HMAC of a constant): safe to log and to compare. */
+/** A short public identifier of a raw master key (HMAC of a constant): safe to log and to compare. */
 export function masterKeyId(master: Buffer | KeyObject): string {
-  return createHmac('sha256', master).update('tokenproxy/v1/master-key-id').digest('hex').slice(0, 16);
+  return rawKeyId(master);
+}
+
+/** The data key an entry holds: `k3` for `k3` and for `k3@<key id>`, its copy under another master key. */
+export function baseKid(kid: string): string {
+  const at = kid.indexOf('@');
+  return at < 0 ? kid : kid.slice(0, at);
+}
+
+/** The kid of a key's copy wrapped by another master key. */
+export function copyKid(base: string, kekId: string): string {
+  return `${base}@${kekId}`;
+}
+
+/** The ring's entries by the key they hold, in the order each first appears (oldest first); the root apart. */
+export function groupEntries(entries: WrappedDataKey[]): { root: WrappedDataKey[]; keys: Map<string, WrappedDataKey[]> } {
+  const root: WrappedDataKey[] = [];
+  const keys = new Map<string, WrappedDataKey[]>();
+  for (const e of entries) {
+    const base = baseKid(e.kid);
+    if (base === ROOT_KID) {
+      root.push(e);
+      continue;
+    }
+    const list = keys.get(base);
+    if (list) list.push(e);
+    else keys.set(base, [e]);
+  }
+  return { root, keys };
+}
+
+/**
+ * The first kid (the root's included) with no entry wrapped by the master key `kekId`, or null
+ * when every one has one: the tools check this before they anchor or convert anything.
+ */
+export function missingUnder(entries: WrappedDataKey[], kekId: string, rawKey: boolean): { kid: string; by: string | null } | null {
+  const { root, keys } = groupEntries(entries);
+  // A raw key with no root entry of its own is the root itself (a store made with it).
+  if (root.length > 0 && !rawKey && !root.some((e) => wrappedBy(e.wrapped) === kekId)) return { kid: ROOT_KID, by: wrappedBy(root[0]!.wrapped) };
+  for (const [kid, list] of keys) {
+    if (!list.some((e) => wrappedBy(e.wrapped) === kekId)) return { kid, by: wrappedBy(list[0]!.wrapped) };
+  }
+  return null;
+}
+
+/**
+ * The root secret of a store under this master key (a copy: the caller clears it). `create`: on
+ * an empty store an HSM key makes one (two instances starting at once keep the first written).
+ * Throws MasterKeyMismatchError when the store's root (or its data keys) belong to another key.
+ */
+export async function vaultRoot(kek: KeyEncryptionKey, store: DataKeyPort, opts: { create?: boolean; entries?: WrappedDataKey[] } = {}): Promise<Buffer> {
+  let entries = opts.entries ?? (await store.listDataKeys());
+  const { root, keys } = groupEntries(entries);
+  const mine = root.find((e) => wrappedBy(e.wrapped) === kek.id);
+  if (mine) return kek.unwrap(ROOT_KID, mine.wrapped);
+  const raw = kek.rawRoot();
+  if (raw) return raw;
+  if (root.length > 0) {
+    throw new MasterKeyMismatchError(`the master key does not match the store: its root secret was wrapped by master key ${wrappedBy(root[0]!.wrapped) ?? '(unknown)'}, this master key is ${kek.id}`);
+  }
+  if (keys.size > 0) {
+    const first = [...keys.values()][0]![0]!;
+    throw new MasterKeyMismatchError(
+      `the master key does not match the store: its data keys were wrapped by master key ${wrappedBy(first.wrapped) ?? '(unknown)'} (a raw key: TOKENPROXY_MASTER_KEY, ` +
+        `secrets.master_key_file or the development key), this HSM key is ${kek.id}; tokenproxy rotate-master-key moves a store to the HSM`,
+    );
+  }
+  if (opts.create === false) throw new Error('the store holds no data keys');
+  const fresh = randomBytes(KEY_BYTES);
+  try {
+    entries = await store.addDataKey({ kid: ROOT_KID, wrapped: kek.wrap(ROOT_KID, fresh), created_at: new Date().toISOString() });
+  } finally {
+    fresh.fill(0);
+  }
+  const written = groupEntries(entries).root.find((e) => wrappedBy(e.wrapped) === kek.id);
+  if (!written) throw new MasterKeyMismatchError(`the master key does not match the store: another master key wrote its root secret meanwhile (this master key is ${kek.id})`);
+  return kek.unwrap(ROOT_KID, written.wrapped);
 }
 
 function derive(master: KeyObject, info: string): KeyObject {
@@ -119,42 +206,83 @@ function sealAad(kid: string, aad: string): Buffer {
 /** Kids are k1, k2, …: two instances creating "the next key" at once pick the same kid, so the
  * store keeps one of them (addDataKey ignores a second kid) and both converge on it. */
 function nextKid(ring: WrappedDataKey[]): string {
+  const kids = groupEntries(ring).keys;
   let max = 0;
-  for (const k of ring) {
-    const m = /^k(\d{1,9})$/.exec(k.kid);
+  for (const kid of kids.keys()) {
+    const m = /^k(\d{1,9})$/.exec(kid);
     if (m) max = Math.max(max, Number(m[1]));
   }
-  return `k${Math.max(max, ring.length) + 1}`;
+  return `k${Math.max(max, kids.size) + 1}`;
 }
 
 export class KeyRing {
   readonly #store: DataKeyPort;
-  readonly #master: KeyObject;
-  readonly #wrapKey: KeyObject;
+  readonly #kek: KeyEncryptionKey;
+  /** Closed with the ring: a raw key given as bytes (the ring made its key object), or one handed over (adoptKey). */
+  #ownsKek: boolean;
+  readonly #root: KeyObject;
   readonly #masterId: string;
   #keys = new Map<string, KeyObject>();
+  /** Unwrapped keys by kid and wrapped value: a refresh unwraps (an HSM call) only a key it has not seen. */
+  #unwrapped = new Map<string, KeyObject>();
   #active = '';
   #tenantKeys = new Map<string, KeyObject>();
   #refreshing: Promise<void> | null = null;
   /** The wrapped keys the ring was last loaded from: a refresh that reads the same skips the unwrap. */
   #loadedFrom = '';
 
-  private constructor(master: Buffer, store: DataKeyPort) {
+  private constructor(kek: KeyEncryptionKey, ownsKek: boolean, root: Buffer, store: DataKeyPort) {
     this.#store = store;
-    this.#master = createSecretKey(master);
-    this.#wrapKey = derive(this.#master, 'tokenproxy/v1/wrap');
-    this.#masterId = masterKeyId(this.#master);
+    this.#kek = kek;
+    this.#ownsKek = ownsKek;
+    this.#root = createSecretKey(root);
+    this.#masterId = kek.id;
   }
 
   /** Loads (or, on an empty store, creates) the data keys. Throws MasterKeyMismatchError when
-   * the store's keys were wrapped by another master key. */
-  static async open(master: Buffer, store: DataKeyPort): Promise<KeyRing> {
-    if (!Buffer.isBuffer(master) || master.length !== KEY_BYTES) throw new Error(`the master key must be ${KEY_BYTES} bytes`);
-    const ring = new KeyRing(master, store);
-    let wrapped = await store.listDataKeys();
-    if (wrapped.length === 0) wrapped = await store.addDataKey(ring.#wrap(nextKid(wrapped)));
-    ring.#load(wrapped);
-    return ring;
+   * the store's keys were wrapped by another master key. `master`: a raw key's 32 bytes, or a
+   * key-encrypting key (crypto/kek.ts), which stays the caller's to close unless it hands it
+   * to the ring (adoptKey). */
+  static async open(master: Buffer | KeyEncryptionKey, store: DataKeyPort): Promise<KeyRing> {
+    if (Buffer.isBuffer(master) && master.length !== KEY_BYTES) throw new Error(`the master key must be ${KEY_BYTES} bytes`);
+    const owns = Buffer.isBuffer(master);
+    const kek = Buffer.isBuffer(master) ? new RawKek(master) : master;
+    try {
+      let wrapped = await store.listDataKeys();
+      const { keys } = groupEntries(wrapped);
+      // The data keys are checked before the root: a store of another master key is named by its data key.
+      if (keys.size > 0) {
+        const missing = missingUnder(wrapped, kek.id, kek.kind === 'raw');
+        // An HSM key on a store that never had a root entry (one made with a raw key): vaultRoot says what to run.
+        if (missing && kek.kind !== 'raw' && groupEntries(wrapped).root.length === 0) await vaultRoot(kek, store, { entries: wrapped, create: false });
+        if (missing && missing.kid !== ROOT_KID) kek.unwrap(missing.kid, [...keys.get(missing.kid)!][0]!.wrapped);
+      }
+      const root = await vaultRoot(kek, store, { entries: wrapped });
+      let ring: KeyRing;
+      try {
+        ring = new KeyRing(kek, owns, root, store);
+      } finally {
+        root.fill(0);
+      }
+      if (groupEntries(wrapped).keys.size === 0) {
+        wrapped = await store.addDataKey(ring.#wrap(nextKid(await store.listDataKeys())));
+      }
+      ring.#load(wrapped);
+      return ring;
+    } catch (err) {
+      if (owns) kek.close();
+      throw err;
+    }
+  }
+
+  /** The ring closes the master key it was opened with (an HSM session) when it closes. */
+  adoptKey(): void {
+    this.#ownsKek = true;
+  }
+
+  /** Releases what the ring holds of the master key (an HSM session is the caller's when it passed the key). */
+  close(): void {
+    if (this.#ownsKek) this.#kek.close();
   }
 
   get activeKid(): string {
@@ -226,6 +354,11 @@ export class KeyRing {
    * what they sealed. */
   async rotate(): Promise<string> {
     const current = await this.#store.listDataKeys();
+    const missing = missingUnder(current, this.#masterId, this.#kek.kind === 'raw');
+    if (missing && missing.kid !== ROOT_KID) {
+      // A new key under this master key beside keys only another one opens: finish the move first.
+      throw new MasterKeyMismatchError(`data key ${missing.kid} is wrapped by master key ${missing.by ?? '(unknown)'} only, not by this master key ${this.#masterId}: finish tokenproxy rotate-master-key first`);
+    }
     this.#load(await this.#store.addDataKey(this.#wrap(nextKid(current))));
     return this.#active;
   }
@@ -258,7 +391,7 @@ export class KeyRing {
 
   /** Anchors audit chain heads under this master key (crypto/audit-anchor.ts). */
   auditAnchors(): AuditAnchorSigner {
-    return anchorSigner(this.#master);
+    return anchorSigner(this.#root);
   }
 
   toJSON(): { activeKid: string; kids: string[]; masterKeyId: string } {
@@ -274,50 +407,47 @@ export class KeyRing {
     let key = this.#tenantKeys.get(cacheKey);
     if (!key) {
       if (this.#tenantKeys.size >= MAX_CACHED_TENANT_KEYS) this.#tenantKeys.clear();
-      key = derive(this.#master, `tokenproxy/v1/${purpose}\0${tenantId}`);
+      key = derive(this.#root, `tokenproxy/v1/${purpose}\0${tenantId}`);
       this.#tenantKeys.set(cacheKey, key);
     }
     return key;
   }
 
   #wrap(kid: string): WrappedDataKey {
-    const aad = Buffer.from(`${WRAP_VERSION}.${this.#masterId}.${kid}`, 'utf8');
     const dataKey = randomBytes(KEY_BYTES);
-    const wrapped = `${WRAP_VERSION}.${this.#masterId}.${gcmSeal(this.#wrapKey, dataKey, aad)}`;
-    dataKey.fill(0);
-    return { kid, wrapped, created_at: new Date().toISOString() };
+    try {
+      return { kid, wrapped: this.#kek.wrap(kid, dataKey), created_at: new Date().toISOString() };
+    } finally {
+      dataKey.fill(0);
+    }
   }
 
-  #unwrap(key: WrappedDataKey): KeyObject {
-    const parts = key.wrapped.split('.');
-    if (!KID_PATTERN.test(key.kid) || parts.length !== 4 || parts[0] !== WRAP_VERSION) {
-      throw new Error(`data key ${JSON.stringify(key.kid)} in the store is malformed`);
-    }
-    const [, wrappedBy, iv, body] = parts;
-    if (wrappedBy !== this.#masterId) {
-      throw new MasterKeyMismatchError(
-        `the master key does not match the store: data key ${key.kid} was wrapped by master key ${wrappedBy}, this master key is ${this.#masterId}`,
-      );
-    }
-    const gcm = gcmParts(iv, body);
-    const plain = gcm && gcmOpen(this.#wrapKey, gcm, Buffer.from(`${WRAP_VERSION}.${wrappedBy}.${key.kid}`, 'utf8'));
-    if (!plain || plain.length !== KEY_BYTES) {
-      throw new MasterKeyMismatchError(`the master key does not match the store: data key ${key.kid} cannot be unwrapped (wrong master key or a corrupt key record)`);
-    }
+  #unwrap(kid: string, key: WrappedDataKey): KeyObject {
+    if (!KID_PATTERN.test(kid)) throw new Error(`data key ${JSON.stringify(key.kid)} in the store is malformed`);
+    const cacheKey = `${kid}\0${key.wrapped}`;
+    const known = this.#unwrapped.get(cacheKey);
+    if (known) return known;
+    const plain = this.#kek.unwrap(kid, key.wrapped);
     const dataKey = createSecretKey(plain);
     plain.fill(0);
+    this.#unwrapped.set(cacheKey, dataKey);
     return dataKey;
   }
 
   /** Unwraps every key before swapping, so a failure leaves the ring as it was. */
   #load(wrapped: WrappedDataKey[]): void {
-    if (wrapped.length === 0) throw new Error('the store holds no data keys');
+    const groups = groupEntries(wrapped).keys;
+    if (groups.size === 0) throw new Error('the store holds no data keys');
     const from = JSON.stringify(wrapped.map((w) => [w.kid, w.wrapped]));
     if (from === this.#loadedFrom) return;
     const keys = new Map<string, KeyObject>();
-    for (const w of wrapped) keys.set(w.kid, this.#unwrap(w));
+    for (const [kid, entries] of groups) {
+      // The entry this master key wrapped; else the first, whose unwrap names the key that did.
+      const entry = entries.find((e) => wrappedBy(e.wrapped) === this.#masterId) ?? entries[0]!;
+      keys.set(kid, this.#unwrap(kid, entry));
+    }
     this.#keys = keys;
-    this.#active = wrapped[wrapped.length - 1].kid;
+    this.#active = [...groups.keys()][groups.size - 1]!;
     this.#loadedFrom = from;
   }
 }

@@ -160,3 +160,21 @@ export function masterKeyMismatchHint(opts: Pick<LoadMasterKeyOptions, 'fromEnv'
       : `the development master key ${join(opts.dataDir, DEV_KEY_FILE)} (neither ${MASTER_KEY_ENV} nor secrets.master_key_file is set)`;
   return `The master key was read from ${source}: check that it holds the key this store was first used with, or that ${storeSetting} names the store this key belongs to`;
 }
+
+/** The HSM PIN from secrets.master_key.pin_file: its content, trailing newline dropped; the message names the file, never what it holds. */
+export function readPinFile(path: string, warn: (msg: string) => void): string {
+  let text: string;
+  try {
+    const st = statSync(path);
+    if (!st.isFile()) throw Object.assign(new Error('not a regular file'), { code: 'not a regular file' });
+    if (process.platform !== 'win32' && (st.mode & 0o077) !== 0) {
+      warn(`HSM PIN file ${path} is accessible by group or others (mode ${(st.mode & 0o777).toString(8)}); chmod 600 it`);
+    }
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new Error(`cannot read the HSM PIN file ${path} (secrets.master_key.pin_file: ${errnoCode(err)})`);
+  }
+  const pin = text.replace(/\r?\n$/, '');
+  if (pin === '') throw new Error(`the HSM PIN file ${path} (secrets.master_key.pin_file) is empty`);
+  return pin;
+}

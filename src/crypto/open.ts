@@ -10,9 +10,11 @@ import { assertStoreExists, createStore, resolveStorePath, StoreMissingError } f
 import type { DurabilityPolicy } from '../store/redis/durability.js';
 import type { Store, StoreMarker } from '../store/types.js';
 import { openIdentified } from '../store/identity.js';
-import { KeyRing } from './keyring.js';
+import { groupEntries, KeyRing } from './keyring.js';
 import { MasterKeyMismatchError } from './errors.js';
-import { loadMasterKey, masterKeyMismatchHint } from './master-key.js';
+import { RawKek, type KeyEncryptionKey } from './kek.js';
+import { loadMasterKey, masterKeyMismatchHint, readPinFile } from './master-key.js';
+import { HsmUnavailableError, Pkcs11Kek } from './pkcs11.js';
 
 export interface OpenedRing {
   store: Store;
@@ -35,17 +37,55 @@ export async function openStoreAndRing(
   const existing = opts.existing === true;
   // A missing store is named before the master key is looked for (which may be a development key next to it).
   if (existing) assertStoreExists(config.store);
-  const source = { fromEnv: config.masterKeyFromEnv, file: config.secrets.master_key_file, dataDir: dirname(resolveStorePath(config.store)) };
-  const master = loadMasterKey({ ...source, storeKind: config.store.kind, warn, createDevKey: !existing });
+  const kek = openMasterKey(config, warn, { createDevKey: !existing });
   try {
-    return await openRing(config, master, log, wrap, existing, opts.durability);
+    return await openRing(config, kek, log, wrap, existing, opts.durability);
   } catch (err) {
+    kek.close();
     // the key ring knows the key ids, this knows where the key came from: say what to check.
-    if (err instanceof MasterKeyMismatchError) throw new MasterKeyMismatchError(`${err.message}. ${masterKeyMismatchHint(source, storeSetting(config))}`);
+    if (err instanceof MasterKeyMismatchError) throw new MasterKeyMismatchError(`${err.message}. ${masterKeyHint(config)}`);
     throw err;
+  }
+}
+
+/**
+ * The config's master key: the HSM key of secrets.master_key, else the raw key by the precedence
+ * of loadMasterKey (environment > key file > development key). Throws (start-up fails, exit 1)
+ * with a message naming what is missing or what the HSM said, never a key or a PIN.
+ */
+export function openMasterKey(config: LoadedConfig, warn: (msg: string) => void, opts: { createDevKey?: boolean } = {}): KeyEncryptionKey {
+  const hsm = config.secrets.master_key;
+  if (hsm) {
+    let pin: string;
+    if (hsm.pin_env !== undefined) {
+      if (config.masterKeyPinFromEnv === undefined || config.masterKeyPinFromEnv === '') {
+        throw new HsmUnavailableError(`the HSM PIN: the environment variable ${hsm.pin_env} (secrets.master_key.pin_env) is ${config.masterKeyPinFromEnv === undefined ? 'not set' : 'set but empty'}`);
+      }
+      pin = config.masterKeyPinFromEnv;
+    } else {
+      pin = readPinFile(hsm.pin_file!, warn);
+    }
+    return Pkcs11Kek.open(hsm, pin);
+  }
+  const master = loadMasterKey({
+    fromEnv: config.masterKeyFromEnv, file: config.secrets.master_key_file, dataDir: dirname(resolveStorePath(config.store)),
+    storeKind: config.store.kind, warn, createDevKey: opts.createDevKey !== false,
+  });
+  try {
+    return new RawKek(master);
   } finally {
     master.fill(0);
   }
+}
+
+/** Where this config's master key comes from and which setting names the store: what to check on a mismatch. */
+export function masterKeyHint(config: LoadedConfig): string {
+  const hsm = config.secrets.master_key;
+  if (hsm) {
+    return `The master key is the HSM key ${JSON.stringify(hsm.key_label)} on the token ${JSON.stringify(hsm.token_label)} (secrets.master_key): check that it is the key this store was moved to, or that ${storeSetting(config)} names the store this key belongs to`;
+  }
+  const source = { fromEnv: config.masterKeyFromEnv, file: config.secrets.master_key_file, dataDir: dirname(resolveStorePath(config.store)) };
+  return masterKeyMismatchHint(source, storeSetting(config));
 }
 
 /** The settings that name the store, for a message (never the URL: it may hold a password). */
@@ -55,17 +95,20 @@ export function storeSetting(config: LoadedConfig): string {
 }
 
 async function openRing(
-  config: LoadedConfig, master: Buffer, log: Logger, wrap: (store: Store) => Store, existing: boolean, durability: DurabilityPolicy | undefined,
+  config: LoadedConfig, kek: KeyEncryptionKey, log: Logger, wrap: (store: Store) => Store, existing: boolean, durability: DurabilityPolicy | undefined,
 ): Promise<OpenedRing> {
   const store = wrap(await createStore(config.store, { log, mustExist: existing, durability }));
   try {
     // A lost store is refused before anything is written to it (store/identity.ts); a tool's
     // `existing` open makes no marker and no data key.
     const { marker, ring } = await openIdentified(store, { create: !existing, log }, async () => {
-      if (existing && (await store.dataKeys.listDataKeys()).length === 0) {
+      if (existing && groupEntries(await store.dataKeys.listDataKeys()).keys.size === 0) {
         throw new StoreMissingError(`the ${config.store.kind} store holds no data keys: no tokenproxy service has used it (check ${storeSetting(config)})`);
       }
-      return KeyRing.open(master, store.dataKeys);
+      // The ring takes the key over only once it opened: a failed open leaves it to openStoreAndRing.
+      const opened = await KeyRing.open(kek, store.dataKeys);
+      opened.adoptKey();
+      return opened;
     });
     return { store, ring, marker };
   } catch (err) {

@@ -17,5 +17,6 @@ export async function rotateDataKey(config: LoadedConfig, warn: (msg: string) =>
     return { from, to };
   } finally {
     await store.close();
+    ring.close();
   }
 }
