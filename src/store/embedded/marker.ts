@@ -12,12 +12,8 @@ import { basename, dirname } from 'node:path';
 import type Database from 'better-sqlite3';
 import type { MarkerPort, StoreMarker } from '../types.js';
 import type { EmbeddedConnection } from './connection.js';
+import { STORE_MARKER_TABLE } from './schema.js';
 import { retryBusy } from './writer.js';
-
-export const STORE_MARKER_TABLE = `
-CREATE TABLE IF NOT EXISTS store_marker (
-  one INTEGER PRIMARY KEY CHECK (one = 1), id TEXT NOT NULL, created_at TEXT NOT NULL, lost_at TEXT
-);`;
 
 interface Row {
   id: string;

@@ -10,7 +10,6 @@ import { StoreFormatError } from '../types.js';
 import { FORMAT_VERSION, SCHEMA_V6 } from './format.js';
 import { MIGRATE_IDEMPOTENCY } from './idempotency-writes.js';
 import { REACTOR_RESULTS_TABLE } from './reactor-results-writes.js';
-import { STORE_MARKER_TABLE } from './marker.js';
 import { retryBusy } from './writer.js';
 
 export const SCHEMA_VERSION = FORMAT_VERSION;
@@ -87,6 +86,15 @@ CREATE TABLE IF NOT EXISTS audit_events (
   PRIMARY KEY (tenant_id, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS audit_heads (tenant_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL, anchor TEXT) WITHOUT ROWID;`;
+
+/**
+ * The store marker (marker.ts): a table without a format change, created when a file of the
+ * current format is opened by a service (as the reactor results' table is).
+ */
+export const STORE_MARKER_TABLE = `
+CREATE TABLE IF NOT EXISTS store_marker (
+  one INTEGER PRIMARY KEY CHECK (one = 1), id TEXT NOT NULL, created_at TEXT NOT NULL, lost_at TEXT
+);`;
 
 export function schemaVersion(db: Database.Database): number {
   return Number(db.pragma('user_version', { simple: true }));
