@@ -136,7 +136,12 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
   // Compiled first: a bad config fails before the master key is read or a connection is made.
   const first = opts.model ?? compileOrThrow(config);
   const metrics = config.metrics.enabled ? new ServiceMetrics() : undefined;
-  const { store, ring, marker } = await openStoreAndRing(config, log, undefined, (s) => instrumentStore(s, metrics?.store(config.store.kind)), {
+  // The guard's gates go beneath the metrics' wrappers, so a call the guard refuses counts as a failed write.
+  let guard: StoreGuard | undefined;
+  const { store, ring, marker } = await openStoreAndRing(config, log, undefined, (s) => {
+    guard = new StoreGuard(s, log).install();
+    return instrumentStore(s, metrics?.store(config.store.kind));
+  }, {
     // A Redis store's persistence is read and checked before anything is written (store/redis/durability.ts).
     durability: { mode: config.server.mode, setting: config.store.durability },
   });
@@ -145,8 +150,8 @@ export async function startService(config: LoadedConfig, opts: StartOptions = {}
   const cleanups: Array<() => Promise<void> | void> = [() => store.close(), () => ring.close()];
   try {
     // From here every store call first makes sure the store is still the one opened (store/identity.ts).
-    const guard = new StoreGuard(store, marker!, log).start();
-    cleanups.unshift(() => guard.stop());
+    guard!.arm(marker!);
+    cleanups.unshift(() => guard!.stop());
     // Every audit append goes through one trail: anchored, its new heads logged. The
     // vault and the detokenizer append to it themselves.
     // The request path's ports answer a failing store as 503 store_unavailable (store/service-errors.ts).

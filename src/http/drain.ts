@@ -95,7 +95,9 @@ export function trackConnections(server: Server, idleMs = DRAIN_IDLE_MS): Connec
 
   return {
     admit(req, res) {
-      const st = stateOf(req.socket);
+      // Kept: Node sets req.socket to null once the connection is gone (an answer cut short), before 'close'.
+      const socket = req.socket;
+      const st = stateOf(socket);
       if (!st) return true;
       const prev = st.last;
       if (draining) {
@@ -113,7 +115,7 @@ export function trackConnections(server: Server, idleMs = DRAIN_IDLE_MS): Connec
         if (res.headersSent && !res.shouldKeepAlive) st.closing = true;
         if (st.last === res) st.last = null;
         st.idleSince = Date.now();
-        st.bytesAtIdle = req.socket.bytesRead;
+        st.bytesAtIdle = socket.bytesRead;
       });
       return true;
     },

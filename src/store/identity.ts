@@ -92,7 +92,8 @@ type Method = (...args: unknown[]) => Promise<unknown>;
 /** The serving instance's watch over its store (file header). */
 export class StoreGuard {
   readonly #store: Store;
-  readonly #marker: StoreMarker;
+  /** Null until armed: the gates let every call through. */
+  #marker: StoreMarker | null = null;
   readonly #log: Logger;
   /** The data key port's own listDataKeys, not the gated one (the check must not wait for itself). */
   readonly #listKeys: () => Promise<WrappedDataKey[]>;
@@ -102,15 +103,15 @@ export class StoreGuard {
   #checking: Promise<void> | null = null;
   #timer: NodeJS.Timeout | null = null;
 
-  constructor(store: Store, marker: StoreMarker, log: Logger) {
+  /** `store` as its backend made it (before other wrappers: their counts then include the guard's refusals). */
+  constructor(store: Store, log: Logger) {
     this.#store = store;
-    this.#marker = marker;
     this.#log = log;
     this.#listKeys = store.dataKeys.listDataKeys.bind(store.dataKeys);
   }
 
-  /** Gates every port method of the store in place, enforces the marker in writes where the backend can, and starts the checks. */
-  start(everyMs = CHECK_EVERY_MS): this {
+  /** Gates every port method of the store in place; the gates let every call through until arm(). */
+  install(): this {
     for (const [port, methods] of Object.entries(PORT_METHODS)) {
       const target = (this.#store as unknown as Record<string, Record<string, Method>>)[port]!;
       for (const name of Object.keys(methods)) {
@@ -121,7 +122,13 @@ export class StoreGuard {
         };
       }
     }
-    this.#store.marker.enforce?.(this.#marker, () => this.check().then(() => this.#lost === null));
+    return this;
+  }
+
+  /** From now on the store must carry `marker`: enforced in writes where the backend can, and checked (file header). */
+  arm(marker: StoreMarker, everyMs = CHECK_EVERY_MS): this {
+    this.#marker = marker;
+    this.#store.marker.enforce?.(marker, () => this.check().then(() => this.#lost === null));
     this.#store.marker.onDisconnect?.(() => {
       this.#dirty = true;
     });
@@ -140,10 +147,6 @@ export class StoreGuard {
   /** The loss found by the last check, or null while the store is the one the service opened. */
   get lost(): StoreLostError | null {
     return this.#lost;
-  }
-
-  get marker(): StoreMarker {
-    return this.#marker;
   }
 
   /**
@@ -166,13 +169,15 @@ export class StoreGuard {
   }
 
   async #check(): Promise<void> {
+    const mine = this.#marker;
+    if (!mine) return;
     this.#dirty = false;
     try {
       const replaced = this.#store.marker.replaced?.();
       if (replaced) return this.#lose(replaced, false);
       const found = await this.#store.marker.readMarker();
       if (!found) return await this.#lose('it no longer carries its marker: it was emptied (a Redis restarted without persistence or flushed, a database dropped and recreated, a file replaced)', true);
-      if (found.id !== this.#marker.id) return this.#lose(`it carries another store's marker (${describe(found)}): it was replaced by another store`, false);
+      if (found.id !== mine.id) return this.#lose(`it carries another store's marker (${describe(found)}): it was replaced by another store`, false);
       if (found.lost_at) return this.#lose(`a tokenproxy instance found it emptied at ${found.lost_at}`, false);
       if ((await this.#listKeys()).length === 0) return await this.#lose('its data keys are gone, so nothing it holds can be opened', true);
     } catch (err) {
@@ -180,22 +185,23 @@ export class StoreGuard {
       throw err;
     }
     if (this.#lost) {
-      this.#log.warn({ store_id: this.#marker.id }, 'the token store carries its own marker and data keys again (restored): serving it');
+      this.#log.warn({ store_id: mine.id }, 'the token store carries its own marker and data keys again (restored): serving it');
       this.#lost = null;
     }
   }
 
   async #lose(reason: string, tombstone: boolean): Promise<void> {
+    const mine = this.#marker!;
     if (!this.#lost) {
-      this.#lost = new StoreLostError(`the token store the service opened (${describe(this.#marker)}) is lost: ${reason}`);
+      this.#lost = new StoreLostError(`the token store the service opened (${describe(mine)}) is lost: ${reason}`);
       this.#log.error(
-        { store_id: this.#marker.id, store: this.#store.kind },
+        { store_id: mine.id, store: this.#store.kind },
         `${this.#lost.message}. Every request that needs the store answers 503 store_unavailable and /readyz answers 503 until it is back; nothing is written to it. ${LOST_STORE_ADVICE}`,
       );
     }
     if (!tombstone) return;
     // The emptied store says so to the next start (and to the other instances): best effort.
-    await this.#store.marker.markLost({ ...this.#marker, lost_at: new Date().toISOString() }).catch((err: unknown) => {
+    await this.#store.marker.markLost({ ...mine, lost_at: new Date().toISOString() }).catch((err: unknown) => {
       this.#log.warn({ error: { type: (err as Error).name } }, 'could not mark the lost store as lost');
     });
   }

@@ -23,8 +23,12 @@ const linux = process.platform === 'linux';
 const dir = mkdtempSync(join(tmpdir(), 'tp-host-parent-death-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
 const MASTER_KEY = Buffer.alloc(32, 5).toString('base64');
-/** How long the host may outlive the service before the test fails: a host that stays is the failure this catches. */
-const BOUND_MS = 5_000;
+/**
+ * How long the host may outlive the service before the test fails: a host that stays is the failure
+ * this catches (a bound on a hang, not a speed figure: a clean-clone CI run on 2 loaded cores took
+ * over 5 s for a cluster primary's two workers and their hosts; the time is printed).
+ */
+const BOUND_MS = 15_000;
 
 function childrenOf(pid: number): number[] {
   const out: number[] = [];
