@@ -109,6 +109,8 @@ export class RedisConnection {
   /** The store marker every write checks (marker.ts), and how the store as a whole is re-checked. */
   #marker: { id: string; recheck: () => Promise<boolean> } | null = null;
   #disconnectListeners: Array<() => void> = [];
+  /** Each write script with the marker check in front (enforceMarker empties it). */
+  readonly #checked = new Map<string, string>();
   readonly #link: Link;
 
   private constructor(client: RedisClient, link: Link, prefix: string, waitReplicas: number, waitTimeoutMs: number, deadlineMs: number) {
@@ -169,6 +171,7 @@ export class RedisConnection {
   enforceMarker(id: string, recheck: () => Promise<boolean>): void {
     if (!/^[A-Za-z0-9-]{1,64}$/.test(id)) throw new StoreUnavailableError('the Redis store marker is corrupt');
     this.#marker = { id, recheck };
+    this.#checked.clear();
   }
 
   /** Calls `fn` whenever the connection (or, on a Cluster, a node's) closes. */
@@ -262,7 +265,9 @@ export class RedisConnection {
   async #eval(script: string, keys: Array<string | Buffer>, args: Array<string | Buffer>, write: boolean, buffers: boolean): Promise<unknown> {
     const marker = write ? this.#marker : null;
     if (!marker) return this.#evalOnce(script, keys, args, write, buffers);
-    const checked = markerChecked(script, marker.id);
+    // Built once per script (not per write: a new string would be hashed again for its SHA lookup).
+    let checked = this.#checked.get(script);
+    if (!checked) this.#checked.set(script, (checked = markerChecked(script, marker.id)));
     try {
       return await this.#evalOnce(checked, keys, args, write, buffers);
     } catch (err) {
